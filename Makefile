@@ -1,0 +1,37 @@
+# meshhost: `make test` sets up this machine (podman, runc, busybox, dig) and
+# runs every test; see README.md.
+
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+
+# The podman v5 bindings need these tags to build without C libraries; only
+# reconcile/podman imports them, but one set of flags serves every package.
+TAGS := remote,exclude_graphdriver_btrfs,exclude_graphdriver_devicemapper,containers_image_openpgp
+export GOFLAGS := -tags=$(TAGS)
+
+FUZZTIME ?= 30s
+
+.PHONY: test vet unit fuzz fuzz-short build clean-run
+
+build:
+	go build -o bin/meshhost ./cmd/meshhost
+
+vet:
+	go vet ./...
+
+# test: everything, against a real podman service. scripts/podman-up installs
+# and starts it when missing and prints the environment the tests read.
+test:
+	@set -euo pipefail; \
+	eval "$$(scripts/podman-up)"; \
+	echo "podman: $$MESHHOST_PODMAN_SOCKET"; \
+	go vet ./...; \
+	CGO_ENABLED=1 go test -race -count=1 -timeout 40m ./...; \
+	$(MAKE) --no-print-directory fuzz-short
+
+# fuzz: each fuzz target for FUZZTIME (default 30s); fuzz-short is CI's brief run.
+fuzz:
+	@scripts/fuzz $(FUZZTIME)
+
+fuzz-short:
+	@scripts/fuzz 5s

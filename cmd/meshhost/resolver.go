@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/spec"
+)
+
+func init() {
+	register(command{name: "resolver", summary: "serve a roster file's names over DNS, alone", run: runResolver})
+}
+
+// resolverFlags are the flags of `meshhost resolver`.
+type resolverFlags struct {
+	roster     string
+	listen     []netip.AddrPort
+	upstreams  []netip.AddrPort
+	allow      []netip.Prefix
+	state      string
+	resolvConf string
+	ttl, neg   time.Duration
+	timeout    time.Duration
+}
+
+func parseResolverFlags(env *environment, args []string) (*resolverFlags, error) {
+	fs := newFlagSet(env, "resolver")
+	f := &resolverFlags{}
+	fs.StringVar(&f.roster, "roster", "", "roster `FILE` (JSON) to serve; reloaded on SIGHUP and when it changes")
+	fs.Func("listen", "`ADDR[,ADDR...]` (ip:port) to serve over UDP and TCP; repeatable", func(s string) error {
+		for _, part := range strings.Split(s, ",") {
+			a, err := netip.ParseAddrPort(strings.TrimSpace(part))
+			if err != nil {
+				return fmt.Errorf("%q is not ip:port: %v", part, err)
+			}
+			f.listen = append(f.listen, a)
+		}
+		return nil
+	})
+	fs.Func("upstream", "upstream `ADDR` (ip or ip:port) for names outside the roster; repeatable (default: the nameservers of --resolv-conf)", func(s string) error {
+		a, err := parseUpstream(s)
+		if err != nil {
+			return err
+		}
+		f.upstreams = append(f.upstreams, a)
+		return nil
+	})
+	fs.Func("allow", "client `CIDR` to answer besides loopback; repeatable (others get REFUSED)", func(s string) error {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return fmt.Errorf("%q is not a CIDR: %v", s, err)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		f.allow = append(f.allow, p)
+		return nil
+	})
+	fs.StringVar(&f.state, "state", "", "`PATH` keeping the last good roster across restarts (default: none)")
+	fs.StringVar(&f.resolvConf, "resolv-conf", "/etc/resolv.conf", "`FILE` whose nameservers are the upstreams when --upstream is not given")
+	fs.DurationVar(&f.ttl, "ttl", 5*time.Second, "TTL of roster answers")
+	fs.DurationVar(&f.neg, "negative-ttl", 5*time.Second, "TTL of NXDOMAIN and NODATA answers")
+	fs.DurationVar(&f.timeout, "upstream-timeout", 2*time.Second, "time to wait for one upstream")
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "Usage: meshhost resolver --roster FILE --listen ADDR[,ADDR...] [--upstream ADDR ...] [--allow CIDR ...] [--state PATH] [--ttl D]")
+		fmt.Fprintln(env.stderr)
+		fmt.Fprintln(env.stderr, "Serves the roster's names over DNS and forwards other names upstream.")
+		fmt.Fprintln(env.stderr)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return nil, fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+	}
+	if len(f.listen) == 0 {
+		fs.Usage()
+		return nil, fmt.Errorf("--listen is required, e.g. --listen 127.0.0.1:5353: %w", errUsage)
+	}
+	if f.roster == "" && f.state == "" {
+		fs.Usage()
+		return nil, fmt.Errorf("--roster (or --state holding a saved roster) is required: %w", errUsage)
+	}
+	return f, nil
+}
+
+func parseUpstream(s string) (netip.AddrPort, error) {
+	if a, err := netip.ParseAddrPort(s); err == nil {
+		return a, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q is neither ip nor ip:port", s)
+	}
+	return netip.AddrPortFrom(a, 53), nil
+}
+
+func runResolver(ctx context.Context, env *environment, args []string) (int, error) {
+	f, err := parseResolverFlags(env, args)
+	if errors.Is(err, errUsage) {
+		return 2, err
+	}
+	if err != nil {
+		return 2, err
+	}
+	log := slog.New(slog.NewTextHandler(env.stderr, nil))
+	srv, err := resolver.New(resolver.Config{
+		Logger:          log,
+		TTL:             f.ttl,
+		NegativeTTL:     f.neg,
+		Upstreams:       f.upstreams,
+		ResolvConf:      f.resolvConf,
+		UpstreamTimeout: f.timeout,
+		Allow:           f.allow,
+		StatePath:       f.state,
+	})
+	if err != nil {
+		return 1, err
+	}
+	defer srv.Close()
+
+	if f.roster != "" {
+		if err := reloadRoster(log, srv, f.roster); err != nil {
+			if srv.Roster() == nil {
+				return 1, err
+			}
+			log.Error("roster file refused; serving the saved roster", "err", err)
+		}
+	}
+	for _, a := range f.listen {
+		if err := srv.Listen(a); err != nil {
+			return 1, err
+		}
+	}
+	fmt.Fprintf(env.stderr, "meshhost resolver: serving on %v\n", srv.Listeners())
+
+	if f.roster == "" {
+		<-ctx.Done()
+		return 0, nil
+	}
+	reload := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case reload <- struct{}{}:
+		default:
+		}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	stopWatch, err := watchRosterFile(ctx, f.roster, poke)
+	if err != nil {
+		return 1, fmt.Errorf("watching %q: %w", f.roster, err)
+	}
+	defer stopWatch()
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, nil
+		case <-hup:
+			poke()
+		case <-reload:
+			if err := reloadRoster(log, srv, f.roster); err != nil {
+				log.Error("roster refused; the previous one keeps serving", "err", err)
+			}
+		}
+	}
+}
+
+// reloadRoster reads, validates and applies the roster file.
+func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading roster: %w", err)
+	}
+	r, err := spec.ParseRoster(data)
+	if err != nil {
+		return fmt.Errorf("roster %q: %w", path, err)
+	}
+	err = srv.Update(r)
+	if errors.Is(err, resolver.ErrStaleGeneration) {
+		log.Info("roster file unchanged or older; keeping the served roster", "path", path, "detail", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("roster %q: %w", path, err)
+	}
+	log.Info("roster applied", "path", path, "generation", r.Generation, "names", len(r.Names),
+		"applied_unix_nano", time.Now().UnixNano())
+	// The parsed document is garbage now; hand its memory back so the
+	// resident size reflects the compiled table.
+	debug.FreeOSMemory()
+	return nil
+}
+
+// watchRosterFile calls onChange when path is written, or replaced by a
+// rename (how controllers and editors write files atomically). It watches
+// the directory, since a rename replaces the file's inode.
+func watchRosterFile(ctx context.Context, path string, onChange func()) (stop func(), err error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	if err := w.Add(filepath.Dir(abs)); err != nil {
+		w.Close()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var debounce <-chan time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if filepath.Clean(ev.Name) == abs && !ev.Has(fsnotify.Chmod) {
+					debounce = time.After(20 * time.Millisecond)
+				}
+			case _, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+			case <-debounce:
+				debounce = nil
+				onChange()
+			}
+		}
+	}()
+	return func() { w.Close(); <-done }, nil
+}
+

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/meshhost/meshhost/digest"
+)
+
+func init() {
+	register(command{name: "version", summary: "print meshhost's version and the formats it speaks", run: runVersion})
+}
+
+func runVersion(ctx context.Context, env *environment, args []string) (int, error) {
+	fs := newFlagSet(env, "version")
+	output := fs.String("output", "text", "output format: text or json")
+	if err := fs.Parse(args); err != nil {
+		return 2, err
+	}
+	version := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	info := struct {
+		Version  string   `json:"version"`
+		Go       string   `json:"go"`
+		Digest   string   `json:"digest_version"`
+		Digests  []string `json:"digest_versions_understood"`
+	}{version, runtime.Version(), digest.Current, digest.Versions()}
+	if *output == "json" {
+		return 0, json.NewEncoder(env.stdout).Encode(info)
+	}
+	fmt.Fprintf(env.stdout, "meshhost %s (%s), digest %s\n", info.Version, info.Go, info.Digest)
+	return 0, nil
+}

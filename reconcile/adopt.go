@@ -1,0 +1,91 @@
+package reconcile
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/meshhost/meshhost/digest"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Adoption records that a container meshhost did not label (or labelled
+// with a digest version it does not know) was found to match a declared
+// container field by field, and is managed from then on as if it carried
+// these labels. Podman cannot relabel a container, so the Reconciler keeps
+// adoptions itself (Reconciler.Adoptions, Config.Adoptions); a Reconciler
+// that does not know an adoption compares the container again, at the cost
+// of one Inspect.
+type Adoption struct {
+	ID     string
+	Name   string
+	Digest string // digest.Of the declared settings it matched
+	Record string // digest.Record of the same
+}
+
+// compareFields judges a container that labels cannot judge, from its
+// inspection: it is adopted when every create-time field matches, replaced
+// when it is managed (a digest version this meshhost does not know) and
+// differs, and left alone, as a conflict, when it is not managed.
+func (p *planner) compareFields(a Action, o *Observed, id identity) Action {
+	ins, ok := p.inspected[o.ID]
+	if !ok { // not inspected: cannot happen through Reconciler.Plan
+		a.Kind, a.Reason = Conflict, "cannot be judged without inspecting it"
+		return a
+	}
+	a.StopTimeout = ins.Settings.StopTimeout
+	replace, inPlace := splitChanges(digest.Explain(comparable(ins.Settings, a.Desired), *a.Desired))
+	why := "has no meshhost labels"
+	if id.managed {
+		v, _ := digest.VersionOf(id.digest)
+		why = fmt.Sprintf("has digest version %q, which this meshhost does not know", v)
+	}
+	switch {
+	case len(replace) == 0:
+		a.Kind, a.Changes = Adopt, inPlace
+		a.Reason = why + "; its settings match the declaration"
+		if len(inPlace) > 0 {
+			a.Reason += "; updating " + joinChanges(inPlace)
+		}
+	case id.managed:
+		a.Kind, a.Changes = Replace, replace
+		a.Reason = joinChanges(replace)
+	default:
+		a.Kind, a.Changes = Conflict, replace
+		a.Reason = fmt.Sprintf("an unmanaged container %s and differs (%s); meshhost never touches it: remove or rename it", why[4:], joinChanges(replace))
+	}
+	return a
+}
+
+// comparable returns the inspected settings with what runtimes add on their
+// own taken out, so that only declared fields are compared: environment an
+// image adds (keys the declaration does not set), labels the runtime or an
+// image adds, and meshhost's own labels.
+func comparable(got spec.Rendered, want *spec.Rendered) spec.Rendered {
+	out := got
+	out.Name = want.Name
+	out.Env = keepKeys(got.Env, want.Env)
+	out.Labels = keepKeys(got.Labels, want.Labels)
+	out.StopSignal = spec.CanonicalSignal(got.StopSignal)
+	if out.StopTimeout == 0 {
+		out.StopTimeout = spec.DefaultStopTimeout
+	}
+	if out.Restart.Name == "" {
+		out.Restart.Name = "no"
+	}
+	return out
+}
+
+// keepKeys returns the entries of got whose keys want has, leaving out
+// meshhost's labels.
+func keepKeys(got, want map[string]string) map[string]string {
+	out := maps.Clone(got)
+	maps.DeleteFunc(out, func(k, _ string) bool {
+		_, declared := want[k]
+		return !declared || strings.HasPrefix(k, spec.LabelPrefix)
+	})
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}

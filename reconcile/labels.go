@@ -1,0 +1,66 @@
+package reconcile
+
+import (
+	"maps"
+	"strings"
+
+	"github.com/meshhost/meshhost/digest"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Labels meshhost puts on every container it creates, besides
+// digest.LabelDigest and digest.LabelRecord. A container is managed by
+// meshhost exactly when it carries LabelManaged="true" (or was adopted): only
+// managed containers are ever stopped, replaced or removed.
+const (
+	LabelManaged = spec.LabelPrefix + "managed"
+	// LabelDependsOn lists the container's dependencies, comma-separated,
+	// so that removing containers no longer declared can go dependants first.
+	LabelDependsOn = spec.LabelPrefix + "depends-on"
+)
+
+// AsideSuffix is appended to a container's name while it is replaced: the
+// old container waits under NAME+AsideSuffix, stopped, until its replacement
+// runs (and is healthy). The name is fixed so that a pass after a crash finds
+// it and finishes or rolls back the replacement.
+const AsideSuffix = ".meshhost-old"
+
+// labelled returns r with meshhost's labels added, as Create receives it.
+func labelled(r spec.Rendered) spec.Rendered {
+	out := r
+	out.Labels = make(map[string]string, len(r.Labels)+4)
+	maps.Copy(out.Labels, r.Labels)
+	out.Labels[LabelManaged] = "true"
+	out.Labels[digest.LabelDigest] = digest.Of(r)
+	out.Labels[digest.LabelRecord] = digest.Record(r)
+	if len(r.DependsOn) > 0 {
+		out.Labels[LabelDependsOn] = strings.Join(r.DependsOn, ",")
+	}
+	return out
+}
+
+// labelsOf is how the planner sees a container's identity: its own labels,
+// or what an earlier adoption recorded for it.
+type identity struct {
+	managed        bool
+	digest, record string
+}
+
+func identityOf(o *Observed, adopted map[string]Adoption) identity {
+	if a, ok := adopted[o.ID]; ok {
+		return identity{managed: true, digest: a.Digest, record: a.Record}
+	}
+	return identity{
+		managed: o.Labels[LabelManaged] == "true",
+		digest:  o.Labels[digest.LabelDigest],
+		record:  o.Labels[digest.LabelRecord],
+	}
+}
+
+func dependsOnLabel(o *Observed) []string {
+	s := o.Labels[LabelDependsOn]
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}

@@ -1,0 +1,158 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrInjected is the error an injected Fault returns when it names none.
+var ErrInjected = errors.New("memory: injected failure")
+
+// Call is one call of a Runtime method, as failure hooks see it.
+type Call struct {
+	Method string // "List", "Inspect", "Create", "Start", "Stop", "Rename", "Remove", "Update"
+	ID     string // the container's ID; empty for List and Create
+	Name   string // Create's and Rename's name
+	N      int    // this call's number among all calls of Method, from 1
+}
+
+func (c Call) withID(id string) Call     { c.ID = id; return c }
+func (c Call) withName(name string) Call { c.Name = name; return c }
+
+// Fault fails one future call of a method.
+type Fault struct {
+	Method string
+	// N picks the call: 1 is the next call of Method, 2 the one after.
+	N int
+	// Err is returned by the call; nil means ErrInjected.
+	Err error
+	// After lets the call take effect before it fails, as when the runtime
+	// did the work but its reply was lost.
+	After bool
+	// Crash makes this and every later call of any method fail with Err,
+	// as if the process driving the runtime died here, until Recover.
+	Crash bool
+}
+
+type fault struct {
+	Fault
+	at int // absolute call number of Method that fires it
+}
+
+// Inject arms f.
+func (m *Runtime) Inject(f Fault) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f.N < 1 {
+		f.N = 1
+	}
+	if f.Err == nil {
+		f.Err = ErrInjected
+	}
+	m.faults = append(m.faults, &fault{Fault: f, at: m.calls[f.Method] + f.N})
+}
+
+// Before sets a hook run before every call, with the runtime locked: it must
+// not call the Runtime. A non-nil error fails the call before it takes
+// effect. Nil removes the hook.
+func (m *Runtime) Before(hook func(Call) error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.before = hook
+}
+
+// Recover ends a crash and disarms every pending fault, as a restarted
+// process would find the runtime.
+func (m *Runtime) Recover() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.crashed = nil
+	m.faults = nil
+	m.pending = nil
+}
+
+// Calls returns how many times method was called (failed calls included).
+func (m *Runtime) Calls(method string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.calls[method]
+}
+
+// CallCounts returns the number of calls of every method called so far.
+func (m *Runtime) CallCounts() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]int, len(m.calls))
+	for k, v := range m.calls {
+		if v > 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// ResetCalls sets every call counter to zero. Armed faults keep their
+// place relative to the calls still to come.
+func (m *Runtime) ResetCalls() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, f := range m.faults {
+		f.at -= m.calls[f.Method]
+	}
+	clear(m.calls)
+}
+
+// enter counts call and returns the error it must fail with before taking
+// effect, if any. mu must be held.
+func (m *Runtime) enter(ctx context.Context, call Call) error {
+	m.calls[call.Method]++
+	call.N = m.calls[call.Method]
+	m.pending = nil
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if m.crashed != nil {
+		return fmt.Errorf("%s: %w", call.Method, m.crashed)
+	}
+	if m.before != nil {
+		if err := m.before(call); err != nil {
+			return err
+		}
+	}
+	for i, f := range m.faults {
+		if f.Method != call.Method || f.at != call.N {
+			continue
+		}
+		m.faults = append(m.faults[:i], m.faults[i+1:]...)
+		err := fmt.Errorf("%s call %d: %w", call.Method, call.N, f.Err)
+		if f.After {
+			m.pending = &pendingFault{err: err, crash: f.Crash}
+			return nil
+		}
+		if f.Crash {
+			m.crashed = f.Err
+		}
+		return err
+	}
+	return nil
+}
+
+// leave returns the error of an After fault armed for the call that just
+// took effect. mu must be held.
+func (m *Runtime) leave(Call) error {
+	p := m.pending
+	m.pending = nil
+	if p == nil {
+		return nil
+	}
+	if p.crash {
+		m.crashed = errors.Unwrap(p.err)
+	}
+	return p.err
+}
+
+type pendingFault struct {
+	err   error
+	crash bool
+}

@@ -1,0 +1,273 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/meshhost/meshhost/digest"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Plan compares desired, the rendered declaration of this machine, with what
+// the runtime reports, and returns what Apply should do and why. It costs one
+// List call: a container's digest and record come from its labels. Only a
+// container meshhost cannot judge from labels (one holding a declared name
+// without meshhost's labels, or labelled with a digest version this meshhost
+// does not know) is inspected, to be compared field by field; once adopted
+// it is not inspected again by this Reconciler.
+//
+// The Plan refers to desired's elements; desired must not change until the
+// Plan has been applied.
+func (r *Reconciler) Plan(ctx context.Context, desired []spec.Rendered) (*Plan, error) {
+	if err := checkDesired(desired); err != nil {
+		return nil, err
+	}
+	observed, err := r.rt.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("planning: listing containers: %w", err)
+	}
+	p := planner{desired: desired, observed: make(map[string]*Observed, len(observed))}
+	for i := range observed {
+		p.observed[observed[i].Name] = &observed[i]
+	}
+	p.adopted, p.updated = r.state.snapshot(observed)
+	if ids := p.toInspect(); len(ids) > 0 {
+		if p.inspected, err = r.inspectAll(ctx, ids); err != nil {
+			return nil, err
+		}
+	}
+	return p.plan(), nil
+}
+
+func checkDesired(desired []spec.Rendered) error {
+	seen := make(map[string]bool, len(desired))
+	for _, d := range desired {
+		switch {
+		case d.Name == "":
+			return errors.New("planning: a desired container has no name")
+		case strings.HasSuffix(d.Name, AsideSuffix):
+			return fmt.Errorf("planning: container name %q ends with %q, which meshhost reserves for replacements", d.Name, AsideSuffix)
+		case seen[d.Name]:
+			return fmt.Errorf("planning: container %q is declared twice", d.Name)
+		}
+		seen[d.Name] = true
+	}
+	return nil
+}
+
+func (r *Reconciler) inspectAll(ctx context.Context, ids []string) (map[string]Inspected, error) {
+	out := make([]Inspected, len(ids))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.cfg.Concurrency)
+	for i, id := range ids {
+		g.Go(func() error {
+			ins, err := r.rt.Inspect(ctx, id)
+			if err != nil {
+				return fmt.Errorf("planning: inspecting container %s to compare it field by field: %w", id, err)
+			}
+			out[i] = ins
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	m := make(map[string]Inspected, len(ids))
+	for i, id := range ids {
+		m[id] = out[i]
+	}
+	return m, nil
+}
+
+// planner holds one pass's inputs.
+type planner struct {
+	desired   []spec.Rendered
+	observed  map[string]*Observed    // by name
+	adopted   map[string]Adoption     // by container ID
+	updated   map[string]spec.Resources // by container ID: resources set in place
+	inspected map[string]Inspected    // by container ID
+}
+
+// toInspect returns the IDs of containers holding a declared name that
+// labels cannot judge.
+func (p *planner) toInspect() []string {
+	var ids []string
+	for i := range p.desired {
+		d := &p.desired[i]
+		o := p.observed[d.Name]
+		if o == nil || p.observed[d.Name+AsideSuffix] != nil {
+			continue
+		}
+		if id := identityOf(o, p.adopted); !id.managed || !knownVersion(id.digest) {
+			ids = append(ids, o.ID)
+		}
+	}
+	return ids
+}
+
+func knownVersion(label string) bool {
+	_, err := digest.VersionOf(label)
+	return err == nil
+}
+
+func (p *planner) plan() *Plan {
+	plan := &Plan{Actions: make([]Action, 0, len(p.desired))}
+	plan.Actions = append(plan.Actions, p.removals(&plan.Unmanaged)...)
+	byName := make(map[string]*spec.Rendered, len(p.desired))
+	for i := range p.desired {
+		byName[p.desired[i].Name] = &p.desired[i]
+	}
+	for _, name := range dependenciesFirst(byName, func(d *spec.Rendered) []string { return d.DependsOn }) {
+		plan.Actions = append(plan.Actions, p.actionFor(byName[name]))
+	}
+	return plan
+}
+
+// removals returns a Remove for every managed container not declared,
+// dependants first, and counts the unmanaged ones left alone.
+func (p *planner) removals(unmanaged *int) []Action {
+	declared := make(map[string]bool, len(p.desired))
+	for _, d := range p.desired {
+		declared[d.Name] = true
+	}
+	gone := map[string]*Observed{}
+	for name, o := range p.observed {
+		base, aside := strings.CutSuffix(name, AsideSuffix)
+		switch {
+		case declared[name] || aside && declared[base]:
+			continue // the declared container's own action deals with it
+		case o.Labels[LabelManaged] == "true":
+			gone[name] = o
+		default:
+			*unmanaged++
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	order := dependenciesFirst(gone, dependsOnLabel)
+	dependants := map[string][]string{}
+	for name, o := range gone {
+		for _, dep := range dependsOnLabel(o) {
+			if gone[dep] != nil {
+				dependants[dep] = append(dependants[dep], name)
+			}
+		}
+	}
+	out := make([]Action, 0, len(order))
+	for i := len(order) - 1; i >= 0; i-- {
+		o := gone[order[i]]
+		reason := "no longer declared"
+		if base, aside := strings.CutSuffix(o.Name, AsideSuffix); aside {
+			reason = fmt.Sprintf("left aside by an interrupted replacement of %q, which is no longer declared", base)
+		}
+		out = append(out, Action{
+			Kind: Remove, Name: o.Name, ID: o.ID, Running: o.State == StateRunning,
+			StopTimeout: recordStopTimeout(o.Labels[digest.LabelRecord]),
+			Reason:      reason, DependsOn: sortedCopy(dependants[o.Name]),
+		})
+	}
+	return out
+}
+
+// actionFor decides what to do for one declared container.
+func (p *planner) actionFor(d *spec.Rendered) Action {
+	a := Action{Name: d.Name, Desired: d, DependsOn: d.DependsOn}
+	o := p.observed[d.Name]
+	if aside := p.observed[d.Name+AsideSuffix]; aside != nil {
+		return p.recover(a, o, aside)
+	}
+	if o == nil {
+		a.Kind, a.Reason = Create, "not present"
+		return a
+	}
+	a.ID, a.Running = o.ID, o.State == StateRunning
+	id := identityOf(o, p.adopted)
+	if !id.managed || !knownVersion(id.digest) {
+		return p.compareFields(a, o, id)
+	}
+	switch match, record := p.judge(d, o, id); {
+	case !match:
+		a.Kind = Replace
+		a.StopTimeout = record.StopTimeout
+		a.Changes, a.Reason = explainReplace(id.record, d)
+		return a
+	case record.Resources != d.Resources && p.updated[o.ID] != d.Resources:
+		a.Kind = Update
+		a.Changes = []digest.Change{resourcesChange(record.Resources, d.Resources)}
+		a.Reason = joinChanges(a.Changes)
+		return a
+	}
+	return keepOrStart(a)
+}
+
+func keepOrStart(a Action) Action {
+	if a.Running {
+		a.Kind = Keep
+		return a
+	}
+	a.Kind, a.Reason = Start, "not running"
+	return a
+}
+
+// judge reports whether the container o, labelled id, matches d by its
+// digest, and the settings its record holds (resources in particular). The
+// fast path compares the record label with d's current record and hashes
+// nothing; a record of an older (known) version is judged by its version.
+func (p *planner) judge(d *spec.Rendered, o *Observed, id identity) (bool, spec.Rendered) {
+	if id.record == digest.Record(*d) {
+		return true, *d
+	}
+	ok, err := digest.Matches(id.digest, *d)
+	if err != nil || !ok {
+		return false, spec.Rendered{}
+	}
+	rec, err := digest.ParseRecord(id.record)
+	if err != nil {
+		// The digest matches but the record is unreadable: the resources
+		// are unknown, so set them (an update in place is harmless).
+		rec = *d
+		rec.Resources = spec.Resources{MemoryBytes: -1}
+	}
+	return true, rec
+}
+
+// explainReplace names the fields that differ between the container's
+// record label and d.
+func explainReplace(record string, d *spec.Rendered) ([]digest.Change, string) {
+	old, err := digest.ParseRecord(record)
+	if err != nil {
+		return nil, fmt.Sprintf("digest differs from the declaration (its record label is unreadable: %v)", err)
+	}
+	changes, _ := splitChanges(digest.Explain(old, *d))
+	if len(changes) == 0 {
+		// The digest's version covers something its record does not show.
+		return nil, "digest differs from the declaration"
+	}
+	return changes, joinChanges(changes)
+}
+
+func resourcesChange(old, new spec.Resources) digest.Change {
+	a, b := spec.Rendered{}, spec.Rendered{}
+	a.Resources, b.Resources = old, new
+	for _, c := range digest.Explain(a, b) {
+		if c.Field == "resources" {
+			return c
+		}
+	}
+	return digest.Change{Field: "resources", Mutability: spec.UpdateInPlace}
+}
+
+func recordStopTimeout(record string) time.Duration {
+	rec, err := digest.ParseRecord(record)
+	if err != nil {
+		return 0 // unknown: Apply inspects the container first
+	}
+	return rec.StopTimeout
+}
+

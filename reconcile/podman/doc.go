@@ -1,0 +1,48 @@
+// Package podman is the reconciler's Runtime over a podman API service
+// socket. It is the only package of meshhost that imports the podman Go
+// bindings, so that everything else builds without podman's build tags
+// (remote exclude_graphdriver_btrfs exclude_graphdriver_devicemapper
+// containers_image_openpgp).
+//
+// Create gives podman exactly the settings of a spec.Rendered: copy mode's
+// hosts become --add-host entries ("name:addr", written first in
+// /etc/hosts, in order), resolve mode's DNS configuration becomes the
+// container's whole /etc/resolv.conf. Inspect maps what podman reports back
+// to spec's vocabulary. Podman adds settings of its own, which Inspect
+// reports as podman does rather than guessing which were declared:
+//
+//   - env: the image's env (PATH=...), containers.conf's default env
+//     (TERM=xterm), container=podman, and, once started, HOSTNAME=<short id>;
+//   - labels: the image's labels;
+//   - command and entrypoint: the image's, when the declaration leaves them
+//     empty; working dir "/" when neither declaration nor image sets one;
+//   - networks: the default network "podman" when none is given; addresses
+//     only while the container runs, and podman does not say whether an
+//     address was requested (static) or assigned; the container's short ID
+//     as an alias, which Inspect drops;
+//   - ports: the host port podman picked, for a declared host port of 0;
+//   - capabilities: CapAdd and CapDrop only (as declared, CAP_ spelled);
+//     podman's default set is not reported as added.
+//
+// Resources at zero mean unlimited in spec: Create asks podman for an
+// unlimited pids limit explicitly (podman's own default is containers.conf's
+// pids_limit, 2048); a container created elsewhere with podman's default
+// reports PidsLimit 2048.
+//
+// Podman 4.3 (Debian's) quirks the adapter works around, found against a
+// real 4.3.1 service with the v5 bindings:
+//
+//   - Inspect's Config.Entrypoint is one space-joined string in the v4 API,
+//     which the v5 bindings split on spaces ("sh -c 'a b'" comes back as
+//     four words). Inspect rebuilds the entrypoint from Path and Args less
+//     Cmd instead, which is exact.
+//   - List reports StartedAt in whole seconds; Inspect has nanoseconds.
+//   - Tmpfs mounts are reported in HostConfig.Tmpfs, not in Mounts.
+//   - A create whose name is taken fails with HTTP 500 ("that name is
+//     already in use"), a rename with 409 ("container already exists"); both
+//     become reconcile.ErrNameInUse.
+//   - Without systemd podman cannot schedule healthchecks (the service logs
+//     "unable to get systemd connection to add healthchecks") and the
+//     health stays "starting" for ever. RunHealthchecks makes Inspect run a
+//     starting container's healthcheck itself.
+package podman

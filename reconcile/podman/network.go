@@ -1,0 +1,86 @@
+package podman
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/containers/podman/v5/pkg/bindings/network"
+	"github.com/containers/podman/v5/pkg/bindings/system"
+)
+
+// Network is one runtime network as the migration and the reachability
+// probe need it.
+type Network struct {
+	Name   string
+	Driver string // "bridge", "macvlan", ...
+	// Interface is the host side interface, e.g. "podman0"; it exists only
+	// while a container is attached.
+	Interface string
+	Subnets   []Subnet
+	// DNSEnabled: podman runs aardvark-dns on each gateway for container
+	// names. The default "podman" network has it off.
+	DNSEnabled bool
+	Internal   bool // no route out of the network
+	IPv6       bool
+}
+
+// Subnet is one subnet of a Network.
+type Subnet struct {
+	Prefix  netip.Prefix
+	Gateway netip.Addr // zero when the network has none
+}
+
+// Networks lists the runtime's networks, sorted by name.
+func (r *Runtime) Networks(ctx context.Context) ([]Network, error) {
+	list, err := network.List(r.call(ctx, "Networks"), nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing networks: %w", err)
+	}
+	out := make([]Network, 0, len(list))
+	for _, n := range list {
+		nw := Network{
+			Name: n.Name, Driver: n.Driver, Interface: n.NetworkInterface,
+			DNSEnabled: n.DNSEnabled, Internal: n.Internal, IPv6: n.IPv6Enabled,
+		}
+		for _, s := range n.Subnets {
+			var sub Subnet
+			if s.Subnet.IP != nil {
+				ones, _ := s.Subnet.Mask.Size()
+				if a, ok := netip.AddrFromSlice(s.Subnet.IP); ok {
+					sub.Prefix = netip.PrefixFrom(a.Unmap(), ones)
+				}
+			}
+			if a, ok := netip.AddrFromSlice(s.Gateway); ok {
+				sub.Gateway = a.Unmap()
+			}
+			nw.Subnets = append(nw.Subnets, sub)
+		}
+		out = append(out, nw)
+	}
+	slices.SortFunc(out, func(a, b Network) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Version is what the podman service says it is.
+type Version struct {
+	Version    string // e.g. "4.3.1"
+	APIVersion string // the libpod API version, e.g. "4.3.1"
+	GoVersion  string
+	OsArch     string // e.g. "linux/amd64"
+}
+
+// Version returns the podman service's version.
+func (r *Runtime) Version(ctx context.Context) (Version, error) {
+	rep, err := system.Version(r.call(ctx, "Version"), nil)
+	if err != nil {
+		return Version{}, fmt.Errorf("asking podman its version: %w", err)
+	}
+	if rep.Server == nil {
+		return Version{}, fmt.Errorf("asking podman its version: the service did not say")
+	}
+	s := rep.Server
+	return Version{Version: s.Version, APIVersion: s.APIVersion, GoVersion: s.GoVersion, OsArch: s.OsArch}, nil
+}

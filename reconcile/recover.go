@@ -1,0 +1,54 @@
+package reconcile
+
+import (
+	"fmt"
+
+	"github.com/meshhost/meshhost/digest"
+)
+
+// recover decides how to finish a replacement that a crash interrupted: the
+// old container waits under Name+AsideSuffix (stopped), and the new one, o,
+// may or may not have been created or started.
+//
+//   - nothing holds the name and the old container matches the declaration:
+//     roll back (rename it back and start it);
+//   - nothing holds the name: resume (create the new one, start it, wait
+//     until healthy, remove the old one);
+//   - a managed container matching the declaration holds the name: resume
+//     from there (start it, wait until healthy, remove the old one);
+//   - a managed container that does not match holds it: roll back, and let
+//     the next pass replace within the budget;
+//   - an unmanaged container holds it: a conflict, nothing is touched.
+//
+// Resuming is not charged to the budget: the replacement was charged when it
+// began, and the old container is down until it ends.
+func (p *planner) recover(a Action, o, aside *Observed) Action {
+	a.AsideID = aside.ID
+	d := a.Desired
+	if o == nil {
+		asideID := identityOf(aside, p.adopted)
+		if ok, _ := digest.Matches(asideID.digest, *d); ok && asideID.managed {
+			a.Kind = Rollback
+			a.Reason = fmt.Sprintf("a replacement was interrupted before the new container was created; %q matches the declaration: renaming it back", aside.Name)
+			return a
+		}
+		a.Kind = Resume
+		a.Reason = fmt.Sprintf("a replacement was interrupted after %q was set aside: creating the new container", aside.Name)
+		return a
+	}
+	a.ID, a.Running = o.ID, o.State == StateRunning
+	id := identityOf(o, p.adopted)
+	switch match, _ := p.judge(d, o, id); {
+	case !id.managed:
+		a.Kind = Conflict
+		a.Reason = fmt.Sprintf("an unmanaged container holds the name while %q waits aside from an interrupted replacement; meshhost touches neither: resolve by hand", aside.Name)
+	case match:
+		a.Kind = Resume
+		a.Reason = fmt.Sprintf("a replacement was interrupted after the new container was created: starting it, then removing %q", aside.Name)
+	default:
+		a.Kind = Rollback
+		a.StopTimeout = recordStopTimeout(id.record)
+		a.Reason = fmt.Sprintf("a replacement was interrupted and its new container no longer matches the declaration: removing it and renaming %q back", aside.Name)
+	}
+	return a
+}

@@ -1,0 +1,90 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Runtime is what the reconciler needs of a container runtime. The podman
+// adapter (reconcile/podman) and the in-memory runtime (reconcile/memory)
+// implement it.
+//
+// Names are unique among a runtime's containers. Create-time settings are
+// immutable: only Update changes a created container, and only its
+// resources. No method ever removes a volume.
+type Runtime interface {
+	// List returns every container the runtime has, managed by meshhost or
+	// not, with their labels: one call per pass, however many containers.
+	List(ctx context.Context) ([]Observed, error)
+	// Inspect returns the create-time settings of one container as the
+	// runtime reports them, for adopting containers that carry no (or an
+	// unknown) digest label, and its current health.
+	Inspect(ctx context.Context, id string) (Inspected, error)
+	// Create creates (but does not start) a container with exactly the
+	// settings r; r.Labels already carries meshhost's labels. It returns the
+	// new container's ID, or ErrNameInUse.
+	Create(ctx context.Context, r spec.Rendered) (id string, err error)
+	// Start starts a created or stopped container.
+	Start(ctx context.Context, id string) error
+	// Stop stops a running container with its own stop signal, waiting up to
+	// timeout before SIGKILL. Stopping a stopped container is not an error.
+	Stop(ctx context.Context, id string, timeout time.Duration) error
+	// Rename gives a container a new name (ErrNameInUse if taken).
+	Rename(ctx context.Context, id, name string) error
+	// Remove removes a stopped container. Its named volumes stay.
+	Remove(ctx context.Context, id string) error
+	// Update changes the resource limits of a container in place.
+	Update(ctx context.Context, id string, res spec.Resources) error
+}
+
+// Sentinel errors a Runtime returns, so the reconciler can branch on them.
+var (
+	ErrNotFound  = errors.New("no such container")
+	ErrNameInUse = errors.New("container name already in use")
+)
+
+// State is a container's lifecycle state.
+type State string
+
+const (
+	StateCreated State = "created"
+	StateRunning State = "running"
+	StateExited  State = "exited" // stopped, or exited by itself
+	StatePaused  State = "paused"
+	StateUnknown State = "unknown"
+)
+
+// Health is a container's healthcheck status.
+type Health string
+
+const (
+	HealthNone      Health = ""          // no healthcheck
+	HealthStarting  Health = "starting"  // not yet judged
+	HealthHealthy   Health = "healthy"   // last check passed
+	HealthUnhealthy Health = "unhealthy" // retries exhausted
+)
+
+// Observed is one container as List reports it.
+type Observed struct {
+	ID        string
+	Name      string
+	Image     string
+	Labels    map[string]string
+	State     State
+	StartedAt time.Time // zero if never started
+}
+
+// Inspected is one container as Inspect reports it.
+type Inspected struct {
+	Observed
+	// Settings are the create-time settings the runtime reports, mapped to
+	// spec's vocabulary. Runtimes add their own defaults (an image's env,
+	// the runtime's labels); adoption compares with that in mind.
+	Settings spec.Rendered
+	Health   Health
+	// StartedAt and FinishedAt come from the runtime's own clock.
+	FinishedAt time.Time
+}

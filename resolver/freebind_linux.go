@@ -1,0 +1,25 @@
+package resolver
+
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// freebind lets a socket bind an address the machine does not have yet, such
+// as the gateway of a podman bridge that exists only while a container is
+// attached.
+func freebind(network, address string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		if network == "udp6" || network == "tcp6" {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_IPV6, unix.IPV6_FREEBIND, 1)
+		} else {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_FREEBIND, 1)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package resolver
+
+import "syscall"
+
+// freebind does nothing outside Linux: addresses must exist before Listen.
+func freebind(network, address string, c syscall.RawConn) error { return nil }

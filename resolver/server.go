@@ -1,0 +1,166 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Server is the mesh's DNS server. Its methods are safe for concurrent use.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	table atomic.Pointer[table]          // the roster being served; nil before the first
+	allow atomic.Pointer[[]netip.Prefix] // clients answered besides loopback
+	// loopbackAllowed is always true outside this package's tests, which
+	// turn it off to see REFUSED from a loopback client.
+	loopbackAllowed bool
+	local           atomic.Pointer[[]localRoute]    // SetLocalForward's routes
+	upstream        atomic.Pointer[[]netip.AddrPort] // forward targets, own listeners excluded
+	own             atomic.Pointer[[]netip.AddrPort] // listener addresses, for loop prevention
+
+	forwards chan struct{} // a token per forward in flight
+
+	// updateMu serializes Update, so generations are checked and swapped in
+	// order.
+	updateMu sync.Mutex
+	// localMu serializes SetLocalForward's copy-on-write.
+	localMu sync.Mutex
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	listeners map[netip.AddrPort]*listener
+	closed    bool
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // forwards and watchers
+}
+
+// New returns a Server answering nothing yet but, when cfg.StatePath holds a
+// saved roster, that roster: a restarted resolver serves the last good
+// roster before the controller is reachable. Call Listen to serve.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	s := &Server{
+		cfg:             cfg,
+		log:             cfg.Logger.With("component", "resolver"),
+		loopbackAllowed: true,
+		forwards:        make(chan struct{}, maxForwards),
+		listeners:       map[netip.AddrPort]*listener{},
+	}
+	s.SetAllow(cfg.Allow)
+	s.own.Store(&[]netip.AddrPort{})
+	s.local.Store(&[]localRoute{})
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("registering resolver metrics: %w", err)
+	}
+	s.metrics = m
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+
+	if cfg.StatePath != "" {
+		r, err := loadState(cfg.StatePath)
+		switch {
+		case errors.Is(err, errNoState):
+		case err != nil:
+			s.cancel()
+			return nil, err
+		default:
+			t, err := buildTable(r, seconds(cfg.TTL), seconds(cfg.NegativeTTL))
+			if err != nil {
+				s.cancel()
+				return nil, fmt.Errorf("compiling saved roster %q: %w", cfg.StatePath, err)
+			}
+			s.table.Store(t)
+			s.metrics.generation.Set(float64(t.gen))
+			s.log.Info("serving saved roster", "path", cfg.StatePath, "generation", t.gen, "names", len(r.Names))
+		}
+	}
+
+	if len(cfg.Upstreams) > 0 {
+		s.setUpstreams(cfg.Upstreams)
+	} else if err := s.watchResolvConf(); err != nil {
+		s.cancel()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Roster returns the roster being served, nil before the first. It is
+// rebuilt from the compiled table, so the caller owns it.
+func (s *Server) Roster() *spec.Roster {
+	t := s.table.Load()
+	if t == nil {
+		return nil
+	}
+	return t.roster()
+}
+
+// SetAllow replaces the client networks answered besides loopback.
+func (s *Server) SetAllow(p []netip.Prefix) {
+	c := make([]netip.Prefix, 0, len(p))
+	for _, x := range p {
+		if x.IsValid() {
+			c = append(c, x.Masked())
+		}
+	}
+	s.allow.Store(&c)
+}
+
+func (s *Server) allowed(client netip.Addr) bool {
+	client = client.Unmap()
+	if s.loopbackAllowed && client.IsLoopback() {
+		return true
+	}
+	for _, p := range *s.allow.Load() {
+		if p.Contains(client) {
+			return true
+		}
+	}
+	return false
+}
+
+// Close stops every listener and forward and waits for them.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	ls := make([]*listener, 0, len(s.listeners))
+	for _, l := range s.listeners {
+		ls = append(ls, l)
+	}
+	s.listeners = map[netip.AddrPort]*listener{}
+	s.mu.Unlock()
+	s.cancel()
+	var errs []error
+	for _, l := range ls {
+		errs = append(errs, l.close())
+	}
+	s.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Listeners returns the addresses being served, in order.
+func (s *Server) Listeners() []netip.AddrPort {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]netip.AddrPort, 0, len(s.listeners))
+	for a := range s.listeners {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.AddrPort.Compare)
+	return out
+}

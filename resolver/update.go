@@ -1,0 +1,55 @@
+package resolver
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/meshhost/meshhost/spec"
+)
+
+// ErrStaleGeneration is returned by Update for a roster whose generation is
+// not newer than the one being served; the served roster is kept.
+var ErrStaleGeneration = errors.New("roster generation is not newer than the one being served")
+
+// Update validates r, compiles it off the hot path and swaps it in whole:
+// every query is answered from either the old roster or the new one, never a
+// mix. It refuses an invalid roster (the error lists each *spec.FieldError)
+// and one whose generation is not newer (ErrStaleGeneration); both leave the
+// served roster in place. When Update returns nil the new roster is being
+// served and, with Config.StatePath set, saved.
+//
+// When only saving fails, the new roster is served anyway and the error says
+// so: serving the newest roster matters more than remembering it.
+func (s *Server) Update(r *spec.Roster) error {
+	if r == nil {
+		return errors.New("roster is nil")
+	}
+	start := time.Now()
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("roster generation %d refused: %w", r.Generation, err)
+	}
+	n := r.Normalize()
+
+	s.updateMu.Lock()
+	defer s.updateMu.Unlock()
+	if cur := s.table.Load(); cur != nil && n.Generation <= cur.gen {
+		return fmt.Errorf("%w: got generation %d, serving %d", ErrStaleGeneration, n.Generation, cur.gen)
+	}
+	t, err := buildTable(n, seconds(s.cfg.TTL), seconds(s.cfg.NegativeTTL))
+	if err != nil {
+		return fmt.Errorf("roster generation %d refused: %w", n.Generation, err)
+	}
+	s.table.Store(t)
+	took := time.Since(start)
+	s.metrics.swap.Observe(took.Seconds())
+	s.metrics.generation.Set(float64(t.gen))
+	s.log.Info("roster swapped in", "generation", t.gen, "names", len(n.Names), "took", took)
+
+	if s.cfg.StatePath != "" {
+		if err := saveState(s.cfg.StatePath, n); err != nil {
+			return fmt.Errorf("roster generation %d is served but not saved: %w", n.Generation, err)
+		}
+	}
+	return nil
+}

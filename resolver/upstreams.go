@@ -1,0 +1,123 @@
+package resolver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// setUpstreams publishes the forward targets.
+func (s *Server) setUpstreams(ups []netip.AddrPort) {
+	c := slices.Clone(ups)
+	s.upstream.Store(&c)
+}
+
+// upstreams returns the forward targets, leaving out this server's own
+// listeners so that a resolv.conf pointing at us cannot make a loop.
+func (s *Server) upstreams() []netip.AddrPort {
+	p := s.upstream.Load()
+	if p == nil {
+		return nil
+	}
+	own := *s.own.Load()
+	out := make([]netip.AddrPort, 0, len(*p))
+	for _, u := range *p {
+		if !slices.Contains(own, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// parseResolvConf returns the nameservers of a resolv.conf, on port 53.
+func parseResolvConf(data []byte) []netip.AddrPort {
+	var out []netip.AddrPort
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		a, err := netip.ParseAddr(f[1])
+		if err != nil {
+			continue
+		}
+		out = append(out, netip.AddrPortFrom(a.Unmap(), 53))
+	}
+	return out
+}
+
+// watchResolvConf loads the upstreams from cfg.ResolvConf and reloads them
+// whenever the file changes (written, replaced or renamed over).
+func (s *Server) watchResolvConf() error {
+	path := s.cfg.ResolvConf
+	load := func() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			s.log.Warn("reading upstream nameservers", "path", path, "err", err)
+			return
+		}
+		ups := parseResolvConf(data)
+		if len(ups) == 0 {
+			s.log.Warn("no nameserver lines; forwarded questions get SERVFAIL", "path", path)
+		}
+		s.setUpstreams(ups)
+		s.log.Info("upstream nameservers", "path", path, "servers", ups)
+	}
+	load()
+	stop, err := watchFile(s.ctx, path, load)
+	if err != nil {
+		return fmt.Errorf("watching %q for upstream nameservers: %w", path, err)
+	}
+	s.wg.Go(stop)
+	return nil
+}
+
+// watchFile calls onChange (after a short debounce) whenever path is
+// written, created, renamed over or removed. It watches the directory, so
+// editors' and controllers' atomic renames are seen. The returned function
+// blocks until ctx is done, then releases the watch.
+func watchFile(ctx context.Context, path string, onChange func()) (func(), error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	path = filepath.Clean(path)
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return func() {
+		defer w.Close()
+		var debounce <-chan time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if filepath.Clean(ev.Name) == path {
+					debounce = time.After(50 * time.Millisecond)
+				}
+			case _, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+			case <-debounce:
+				debounce = nil
+				onChange()
+			}
+		}
+	}, nil
+}

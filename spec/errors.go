@@ -1,0 +1,32 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+)
+
+// FieldError reports a fault in one field of a declaration or roster, named by
+// its path in the document, in the spirit of fs.PathError:
+//
+//	containers[3].stop_timeout: "6o s" is not a duration
+type FieldError struct {
+	Path   string // e.g. "containers[3].stop_timeout" or `names["a..b"]`
+	Reason string // what is wrong and, where it helps, how to fix it
+}
+
+func (e *FieldError) Error() string {
+	if e.Path == "" {
+		return e.Reason
+	}
+	return e.Path + ": " + e.Reason
+}
+
+// fieldErrors collects FieldErrors so that a document reports every fault at
+// once instead of one per round trip.
+type fieldErrors []error
+
+func (fe *fieldErrors) add(path, format string, args ...any) {
+	*fe = append(*fe, &FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
+}
+
+func (fe fieldErrors) err() error { return errors.Join(fe...) }

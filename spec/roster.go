@@ -1,0 +1,118 @@
+package spec
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// Roster is the mesh's list of names: every name on the mesh and its
+// addresses, at one generation. Containers resolve it at lookup time through
+// the resolver (resolve mode) or get it copied into their hosts (copy mode).
+//
+// A Roster is applied whole or not at all; a validated Roster has canonical
+// (lowercase, no trailing dot) names and zones and sorted, distinct addresses.
+type Roster struct {
+	// Generation orders rosters; it never goes backwards. Zero is invalid.
+	Generation uint64
+	// Zones are the domains the mesh is authoritative for, e.g. "internal":
+	// an unknown name inside them does not exist and is never forwarded.
+	Zones []string
+	// Names maps a name to its addresses (IPv4 and IPv6). Names outside the
+	// zones are exact routed names, e.g. "searxng.zurag.be".
+	Names map[string][]netip.Addr
+}
+
+// Validate reports every fault of r, each a *FieldError naming the entry.
+func (r *Roster) Validate() error {
+	var errs fieldErrors
+	if r.Generation == 0 {
+		errs.add("generation", "must be greater than 0")
+	}
+	seenZones := map[string]bool{}
+	for i, z := range r.Zones {
+		path := fmt.Sprintf("zones[%d]", i)
+		if err := CheckName(CanonicalName(z)); err != nil {
+			errs.add(path, "%v", err)
+			continue
+		}
+		cz := CanonicalName(z)
+		if seenZones[cz] {
+			errs.add(path, "zone %q is listed twice", z)
+		}
+		seenZones[cz] = true
+	}
+	canonical := map[string]string{} // canonical name -> name as given
+	for _, name := range sortedKeys(r.Names) {
+		path := fmt.Sprintf("names[%q]", name)
+		if err := CheckName(CanonicalName(name)); err != nil {
+			errs.add(path, "not a valid host name: %v", err)
+			continue
+		}
+		cn := CanonicalName(name)
+		if prev, ok := canonical[cn]; ok {
+			errs.add(path, "same name as %q (names are case-insensitive); keep one", prev)
+			continue
+		}
+		canonical[cn] = name
+		addrs := r.Names[name]
+		if len(addrs) == 0 {
+			errs.add(path, "has no addresses; remove the name or give it one")
+		}
+		seen := map[netip.Addr]bool{}
+		for j, a := range addrs {
+			switch {
+			case !a.IsValid():
+				errs.add(fmt.Sprintf("%s[%d]", path, j), "is not a valid IP address")
+			case a.Zone() != "":
+				errs.add(fmt.Sprintf("%s[%d]", path, j), "%s has an IPv6 zone, which a hosts entry cannot carry", a)
+			case a.Is4In6():
+				errs.add(fmt.Sprintf("%s[%d]", path, j), "%s is an IPv4-mapped IPv6 address; write %s", a, a.Unmap())
+			case seen[a]:
+				errs.add(fmt.Sprintf("%s[%d]", path, j), "%s is listed twice", a)
+			}
+			seen[a] = true
+		}
+	}
+	return errs.err()
+}
+
+// Normalize returns a copy of a valid r with canonical names and zones and
+// sorted addresses. Call it after Validate.
+func (r *Roster) Normalize() *Roster {
+	out := &Roster{Generation: r.Generation, Names: make(map[string][]netip.Addr, len(r.Names))}
+	for _, z := range r.Zones {
+		out.Zones = append(out.Zones, CanonicalName(z))
+	}
+	slices.Sort(out.Zones)
+	out.Zones = slices.Compact(out.Zones)
+	for name, addrs := range r.Names {
+		a := slices.Clone(addrs)
+		slices.SortFunc(a, netip.Addr.Compare)
+		out.Names[CanonicalName(name)] = slices.Compact(a)
+	}
+	return out
+}
+
+// SortedNames returns r's names in order.
+func (r *Roster) SortedNames() []string { return sortedKeys(r.Names) }
+
+// InZones reports whether the canonical name falls inside one of r's zones.
+func (r *Roster) InZones(name string) bool {
+	for _, z := range r.Zones {
+		if InZone(name, z) {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys[M ~map[K]V, K cmp.Ordered, V any](m M) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

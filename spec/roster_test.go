@@ -1,0 +1,110 @@
+package spec_test
+
+import (
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/meshhost/meshhost/spec"
+)
+
+func TestParseRoster(t *testing.T) {
+	r, err := spec.ParseRoster([]byte(`{"generation": 7,
+	  "zones": ["Internal."],
+	  "names": {"Gitea.Novox.internal": ["10.89.0.7"],
+	            "searxng.zurag.be": ["fd7a::9", "100.64.0.9"]}}`))
+	if err != nil {
+		t.Fatalf("ParseRoster = %v", err)
+	}
+	want := &spec.Roster{
+		Generation: 7,
+		Zones:      []string{"internal"},
+		Names: map[string][]netip.Addr{
+			"gitea.novox.internal": {netip.MustParseAddr("10.89.0.7")},
+			"searxng.zurag.be":     {netip.MustParseAddr("100.64.0.9"), netip.MustParseAddr("fd7a::9")},
+		},
+	}
+	if diff := cmp.Diff(want, r, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("ParseRoster (-want +got):\n%s", diff)
+	}
+	// MarshalJSON writes what ParseRoster reads.
+	out, _ := json.Marshal(r)
+	r2, err := spec.ParseRoster(out)
+	if err != nil {
+		t.Fatalf("ParseRoster(MarshalJSON) = %v", err)
+	}
+	if diff := cmp.Diff(r, r2, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseRosterFaults(t *testing.T) {
+	long := strings.Repeat("a", 64) + ".internal"
+	tests := []struct {
+		doc, want string
+	}{
+		{`{"generation": 0, "names": {}}`, `generation: must be greater than 0`},
+		{`{"generation": -1, "names": {}}`, `generation: -1 is not a whole number >= 0`},
+		{`{"names": {}}`, `generation: is required`},
+		{`{"generation": 1, "names": {"a.internal": ["10.0.0.1"], "A.internal": ["10.0.0.2"]}}`, `same name as "A.internal" (names are case-insensitive)`},
+		{`{"generation": 1, "names": {"a.internal": ["10.0.0.1", "10.0.0.1"]}}`, `names["a.internal"][1]: 10.0.0.1 is listed twice`},
+		{`{"generation": 1, "names": {"a.internal": []}}`, `names["a.internal"]: has no addresses`},
+		{`{"generation": 1, "names": {"a.internal": ["::ffff:10.0.0.1"]}}`, `is an IPv4-mapped IPv6 address; write 10.0.0.1`},
+		{`{"generation": 1, "names": {"a.internal": ["fe80::1%eth0"]}}`, `has an IPv6 zone`},
+		{`{"generation": 1, "names": {"a_b.internal": ["10.0.0.1"]}}`, `names["a_b.internal"]: not a valid host name`},
+		{`{"generation": 1, "names": {"` + long + `": ["10.0.0.1"]}}`, `is 64 characters long, more than 63`},
+		{`{"generation": 1, "names": {"-a.internal": ["10.0.0.1"]}}`, `starts or ends with a hyphen`},
+		{`{"generation": 1, "names": {"a..internal": ["10.0.0.1"]}}`, `two dots in a row`},
+		{`{"generation": 1, "names": {"a.internal\n10.0.0.2 evil": ["10.0.0.1"]}}`, `only letters, digits and hyphens are allowed`},
+		{`{"generation": 1, "names": {"a.internal": "10.0.0.1"}}`, `names["a.internal"]: is a string, want an array of strings`},
+		{`{"generation": 1, "names": {}, "zones": ["internal", "INTERNAL"]}`, `zones[1]: zone "INTERNAL" is listed twice`},
+		{`{"generation": 1, "names": {}, "extra": true}`, `extra: unknown field`},
+	}
+	for _, tt := range tests {
+		r, err := spec.ParseRoster([]byte(tt.doc))
+		if err == nil || r != nil {
+			t.Errorf("ParseRoster(%s) = %v, %v; want nil and an error", tt.doc, r, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseRoster(%s) error =\n%v\nwant it to contain %q", tt.doc, err, tt.want)
+		}
+	}
+}
+
+func TestCheckNameLength(t *testing.T) {
+	label := strings.Repeat("a", 63)
+	name := strings.Join([]string{label, label, label, strings.Repeat("b", 61)}, ".") // 253
+	if err := spec.CheckName(name); err != nil {
+		t.Errorf("CheckName(253 chars) = %v, want nil", err)
+	}
+	if err := spec.CheckName(name + "b"); err == nil {
+		t.Errorf("CheckName(254 chars) = nil, want an error")
+	}
+}
+
+func FuzzParseRoster(f *testing.F) {
+	f.Add([]byte(`{"generation": 7, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.7"], "searxng.zurag.be": ["100.64.0.9", "fd7a::9"]}}`))
+	f.Add([]byte(`{"generation": 1, "names": {"a": ["::1"]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := spec.ParseRoster(data)
+		if (r == nil) == (err == nil) {
+			t.Fatalf("ParseRoster = %v, %v: want exactly one of them", r, err)
+		}
+		if err != nil {
+			return
+		}
+		// A parsed roster is valid, canonical, and safe to copy into /etc/hosts.
+		if err := r.Validate(); err != nil {
+			t.Fatalf("parsed roster fails Validate: %v", err)
+		}
+		for name := range r.Names {
+			if name != spec.CanonicalName(name) || strings.ContainsAny(name, " \t\r\n#") {
+				t.Fatalf("name %q is not canonical or could inject a hosts line", name)
+			}
+		}
+	})
+}
