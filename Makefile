@@ -11,10 +11,14 @@ export GOFLAGS := -tags=$(TAGS)
 
 FUZZTIME ?= 30s
 
-.PHONY: test vet unit fuzz fuzz-short build clean-run
+.PHONY: test vet demo fuzz fuzz-short build
 
 build:
 	go build -o bin/meshhost ./cmd/meshhost
+
+# demo: the incident replayed on the embedded in-memory runtime (no podman).
+demo:
+	go run ./cmd/meshhost demo
 
 vet:
 	go vet ./...

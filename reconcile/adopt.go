@@ -34,7 +34,7 @@ func (p *planner) compareFields(a Action, o *Observed, id identity) Action {
 		return a
 	}
 	a.StopTimeout = ins.Settings.StopTimeout
-	replace, inPlace := splitChanges(digest.Explain(comparable(ins.Settings, a.Desired), *a.Desired))
+	replace, inPlace := splitChanges(digest.Explain(declaredOnly(ins.Settings, a.Desired), *a.Desired))
 	why := "has no meshhost labels"
 	if id.managed {
 		v, _ := digest.VersionOf(id.digest)
@@ -57,11 +57,11 @@ func (p *planner) compareFields(a Action, o *Observed, id identity) Action {
 	return a
 }
 
-// comparable returns the inspected settings with what runtimes add on their
+// declaredOnly returns the inspected settings with what runtimes add on their
 // own taken out, so that only declared fields are compared: environment an
 // image adds (keys the declaration does not set), labels the runtime or an
 // image adds, and meshhost's own labels.
-func comparable(got spec.Rendered, want *spec.Rendered) spec.Rendered {
+func declaredOnly(got spec.Rendered, want *spec.Rendered) spec.Rendered {
 	out := got
 	out.Name = want.Name
 	out.Env = keepKeys(got.Env, want.Env)

@@ -39,7 +39,7 @@ func labelled(r spec.Rendered) spec.Rendered {
 	return out
 }
 
-// labelsOf is how the planner sees a container's identity: its own labels,
+// identity is how the planner sees a container: its own labels,
 // or what an earlier adoption recorded for it.
 type identity struct {
 	managed        bool

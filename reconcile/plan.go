@@ -87,10 +87,10 @@ func (r *Reconciler) inspectAll(ctx context.Context, ids []string) (map[string]I
 // planner holds one pass's inputs.
 type planner struct {
 	desired   []spec.Rendered
-	observed  map[string]*Observed    // by name
-	adopted   map[string]Adoption     // by container ID
+	observed  map[string]*Observed      // by name
+	adopted   map[string]Adoption       // by container ID
 	updated   map[string]spec.Resources // by container ID: resources set in place
-	inspected map[string]Inspected    // by container ID
+	inspected map[string]Inspected      // by container ID
 }
 
 // toInspect returns the IDs of containers holding a declared name that
@@ -194,7 +194,7 @@ func (p *planner) actionFor(d *spec.Rendered) Action {
 	switch match, record := p.judge(d, o, id); {
 	case !match:
 		a.Kind = Replace
-		a.StopTimeout = record.StopTimeout
+		a.StopTimeout = recordStopTimeout(id.record)
 		a.Changes, a.Reason = explainReplace(id.record, d)
 		return a
 	case record.Resources != d.Resources && p.updated[o.ID] != d.Resources:
@@ -270,4 +270,3 @@ func recordStopTimeout(record string) time.Duration {
 	}
 	return rec.StopTimeout
 }
-

@@ -139,26 +139,24 @@ func (t *table) fast(req []byte, sc *scratch, buf []byte, udp bool) ([]byte, boo
 	if udp {
 		limit = min(limit, q.limit())
 	}
-	e, found := t.lookup(q.qname)
+	e, zi := t.lookup(q.qname)
 	var rcode byte
 	var soa []byte
 	var addrs []byte
 	size := 4
 	switch {
-	case found:
+	case e != nil:
 		if q.qtype == typeA {
 			addrs = t.addrs4(e)
 		} else {
 			addrs, size = t.addrs6(e), 16
 		}
-		if len(addrs) == 0 && e.zone != 0 {
-			soa = t.zones[e.zone-1].soa
+		if len(addrs) == 0 && zi != 0 {
+			soa = t.zones[zi-1].soa
 		}
+	case zi == 0 || isProbe(q.qname, t.zones[zi-1].wire):
+		return nil, false
 	default:
-		zi := t.zoneOfWire(q.qname)
-		if zi == 0 || isProbe(q.qname, t.zones[zi-1].wire) {
-			return nil, false
-		}
 		rcode = rcodeNXDomain
 		soa = t.zones[zi-1].soa
 	}
@@ -172,7 +170,7 @@ func (t *table) fast(req []byte, sc *scratch, buf []byte, udp bool) ([]byte, boo
 	}
 	b := buf[:total]
 	copy(b, req[:q.qend])
-	b[2] = 0x84 | req[2]&0x01       // QR, AA, RD as asked
+	b[2] = 0x84 | req[2]&0x01         // QR, AA, RD as asked
 	b[3] = 0x80 | req[3]&0x10 | rcode // RA, CD as asked
 	binary.BigEndian.PutUint16(b[6:], uint16(n))
 	if soa != nil {

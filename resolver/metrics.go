@@ -11,12 +11,12 @@ import (
 // plain atomic counters read at scrape time, so counting costs the hot path
 // one atomic add and no label lookup.
 type metrics struct {
-	queries    [len(qtypeLabels)][16]atomic.Uint64 // by qtype index and rcode
+	queries     [len(qtypeLabels)][16]atomic.Uint64 // by qtype index and rcode
 	queriesDesc *prometheus.Desc
-	forwarded  prometheus.Counter
-	latency    prometheus.Histogram
-	generation prometheus.Gauge
-	swap       prometheus.Histogram
+	forwarded   prometheus.Counter
+	latency     prometheus.Histogram
+	generation  prometheus.Gauge
+	swap        prometheus.Histogram
 }
 
 // qtypeLabels are the qtype label values; the last one counts the rest.

@@ -21,12 +21,12 @@ type Server struct {
 
 	table atomic.Pointer[table]          // the roster being served; nil before the first
 	allow atomic.Pointer[[]netip.Prefix] // clients answered besides loopback
-	// loopbackAllowed is always true outside this package's tests, which
-	// turn it off to see REFUSED from a loopback client.
-	loopbackAllowed bool
-	local           atomic.Pointer[[]localRoute]    // SetLocalForward's routes
-	upstream        atomic.Pointer[[]netip.AddrPort] // forward targets, own listeners excluded
-	own             atomic.Pointer[[]netip.AddrPort] // listener addresses, for loop prevention
+	// refuseLoopback is always false outside this package's tests, which
+	// set it to see REFUSED from a loopback client.
+	refuseLoopback atomic.Bool
+	local          atomic.Pointer[[]localRoute]     // SetLocalForward's routes
+	upstream       atomic.Pointer[[]netip.AddrPort] // forward targets, own listeners excluded
+	own            atomic.Pointer[[]netip.AddrPort] // listener addresses, for loop prevention
 
 	forwards chan struct{} // a token per forward in flight
 
@@ -52,11 +52,10 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	s := &Server{
-		cfg:             cfg,
-		log:             cfg.Logger.With("component", "resolver"),
-		loopbackAllowed: true,
-		forwards:        make(chan struct{}, maxForwards),
-		listeners:       map[netip.AddrPort]*listener{},
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "resolver"),
+		forwards:  make(chan struct{}, maxForwards),
+		listeners: map[netip.AddrPort]*listener{},
 	}
 	s.SetAllow(cfg.Allow)
 	s.own.Store(&[]netip.AddrPort{})
@@ -119,7 +118,7 @@ func (s *Server) SetAllow(p []netip.Prefix) {
 
 func (s *Server) allowed(client netip.Addr) bool {
 	client = client.Unmap()
-	if s.loopbackAllowed && client.IsLoopback() {
+	if client.IsLoopback() && !s.refuseLoopback.Load() {
 		return true
 	}
 	for _, p := range *s.allow.Load() {
@@ -164,3 +163,7 @@ func (s *Server) Listeners() []netip.AddrPort {
 	slices.SortFunc(out, netip.AddrPort.Compare)
 	return out
 }
+
+// Serving reports whether a roster is being served (Update succeeded once,
+// or New loaded a saved one). It is cheaper than Roster.
+func (s *Server) Serving() bool { return s.table.Load() != nil }

@@ -68,14 +68,15 @@ func (s *Server) slow(t *table, req []byte, client netip.Addr, udp bool) ([]byte
 	}
 
 	if t != nil {
-		if e, ok := t.lookupName(name); ok {
+		e, zi := t.lookupName(name)
+		if e != nil {
 			s.answerName(t, resp, e, qname, qtype)
 			return pack(resp, limit), nil
 		}
-		if zi := t.zoneOf(name); zi != 0 {
+		if zi != 0 {
 			z := &t.zones[zi-1]
 			resp.Authoritative = true
-			if nonce, ok := strings.CutSuffix(name, "."+probeLabel+"."+z.name); ok && !strings.Contains(nonce, ".") {
+			if nonce, ok := strings.CutSuffix(name, "."+probeLabel+z.dot); ok && !strings.Contains(nonce, ".") {
 				switch qtype {
 				case dns.TypeA, dns.TypeANY:
 					resp.Answer = []dns.RR{&dns.A{Hdr: dns.Header{Name: qname, Class: dns.ClassINET}, A: rdata.A{Addr: CanaryAddress(nonce)}}}
@@ -148,8 +149,8 @@ func (s *Server) answerName(t *table, resp *dns.Msg, e *entry, qname string, qty
 			addAAAA(1)
 		}
 	case dns.TypeSOA:
-		if e.zone != 0 {
-			if z := &t.zones[e.zone-1]; z.name == t.nameOf(e) {
+		if e.zone != 0 && e.nameLen == 0 { // the zone apex
+			if z := &t.zones[e.zone-1]; true {
 				soa := s.soaRR(t, z)
 				soa.Header().Name, soa.Header().TTL = qname, t.ttl
 				resp.Answer = []dns.RR{soa}

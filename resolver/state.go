@@ -6,6 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
 
 	"github.com/meshhost/meshhost/spec"
 )
@@ -30,13 +33,10 @@ func loadState(path string) (*spec.Roster, error) {
 	return r, nil
 }
 
-// saveState writes r to path atomically: a temporary file in the same
-// directory, synced, renamed over path, and the directory synced.
-func saveState(path string, r *spec.Roster) error {
-	data, err := r.MarshalJSON()
-	if err != nil {
-		return fmt.Errorf("encoding roster: %w", err)
-	}
+// saveState writes t's roster to path atomically: a temporary file in the
+// same directory, synced, renamed over path, and the directory synced.
+func saveState(path string, t *table) error {
+	data := t.appendJSON(nil)
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -44,7 +44,7 @@ func saveState(path string, r *spec.Roster) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // after a successful rename there is nothing left to remove
-	if _, err := f.Write(append(data, '\n')); err != nil {
+	if _, err := f.Write(data); err != nil {
 		f.Close()
 		return fmt.Errorf("saving roster to %q: %w", path, err)
 	}
@@ -63,4 +63,50 @@ func saveState(path string, r *spec.Roster) error {
 		d.Close()
 	}
 	return nil
+}
+
+// appendJSON writes the table's roster in the roster file format. Names are
+// validated host names (letters, digits, hyphens, dots), so they need no
+// escaping. It yields like buildTable, so saving a large roster does not
+// stall queries on a single CPU.
+func (t *table) appendJSON(b []byte) []byte {
+	y := yielder{last: time.Now()}
+	b = fmt.Appendf(b, `{"generation": %d, "zones": [`, t.gen)
+	zones := make([]string, 0, len(t.zones))
+	for _, z := range t.zones {
+		zones = append(zones, z.name)
+	}
+	slices.Sort(zones)
+	for i, z := range zones {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendQuote(b, z)
+	}
+	b = append(b, "], \"names\": {"...)
+	first := true
+	for i := range t.ents {
+		y.maybe(i)
+		e := &t.ents[i]
+		if !e.routed {
+			continue
+		}
+		if !first {
+			b = append(b, ",\n  "...)
+		}
+		first = false
+		b = append(b, '"')
+		b = append(b, t.nameOf(e)...)
+		b = append(b, `": [`...)
+		for j, a := range t.addrsOf(e) {
+			if j > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, '"')
+			b = a.AppendTo(b)
+			b = append(b, '"')
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}}\n"...)
 }

@@ -1,7 +1,6 @@
 package resolver
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/binary"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/meshhost/meshhost/spec"
 )
@@ -16,23 +16,23 @@ import (
 // table is one roster compiled for lookups. It is immutable once built and
 // published through Server.table; a swap replaces the whole table.
 //
-// It holds no pointers per name, so 100,000 names cost a few megabytes and
-// nothing for the garbage collector to scan: names are lowercase wire-format
-// bytes in one arena, addresses in two more, and an open-addressing hash
-// index points into entries.
+// It holds no pointer per name, so 100,000 names cost about 5 MB and nothing
+// for the garbage collector to scan. A name is stored as the lowercase wire
+// form of its labels above its zone (the zone itself is stored once), all
+// names back to back in one arena; addresses sit in another arena, and an
+// open-addressing hash index points at 16-byte entries.
 type table struct {
 	gen    uint64
 	ttl    uint32 // of answers
 	negTTL uint32 // of NXDOMAIN and NODATA answers, and the SOA minimum
 
-	zones []zone
-	names []byte   // wire-format lowercase names, back to back
+	zones []zone   // longest first, so the first match is the closest zone
+	names []byte   // per entry: wire-form labels above the zone, no root label
 	ents  []entry  // one per name, empty non-terminal and zone apex
 	slots []uint32 // hash index: entry index + 1, 0 when free
 	mask  uint64
 	seed  maphash.Seed
-	v4    []byte // 4 bytes per IPv4 address, grouped per entry
-	v6    []byte // 16 bytes per IPv6 address, grouped per entry
+	addrs []byte // per entry: its IPv4 addresses (4 bytes each), then its IPv6 ones (16 each)
 
 	rev4 []rev4 // PTR index, sorted by address
 	rev6 []rev6
@@ -42,18 +42,14 @@ type table struct {
 // non-terminals and zone apexes: they exist (NODATA), they do not resolve.
 type entry struct {
 	name    uint32 // offset in table.names
-	v4      uint32 // index of the first IPv4 address in table.v4
-	v6      uint32 // index of the first IPv6 address in table.v6
+	addr    uint32 // offset in table.addrs
 	n4, n6  uint16
 	zone    uint16 // index+1 in table.zones of the zone holding the name, 0 outside
-	nameLen uint8
-	routed  bool // a roster name (not an empty non-terminal or apex)
+	nameLen uint8  // bytes in table.names
+	routed  bool   // a roster name (not an empty non-terminal or apex)
 }
 
-type rev4 struct {
-	addr [4]byte
-	ent  uint32
-}
+type rev4 struct{ addr, ent uint32 }
 
 type rev6 struct {
 	addr [16]byte
@@ -63,7 +59,8 @@ type rev6 struct {
 // zone is one of the roster's zones.
 type zone struct {
 	name string // canonical
-	wire []byte // lowercase wire format
+	dot  string // "." + name, for suffix tests
+	wire []byte // lowercase wire format, root label included
 	soa  []byte // the zone's SOA record in wire format, owner uncompressed
 }
 
@@ -71,60 +68,52 @@ type zone struct {
 // message anyway.
 const maxAddrs = 4000
 
-// buildTable compiles a validated, normalized roster.
-func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
-	if len(r.Zones) >= 1<<16-1 {
-		return nil, fmt.Errorf("roster has %d zones; at most %d are supported", len(r.Zones), 1<<16-2)
+// yieldEvery is how long a table build may hold the CPU before it lets the
+// serving goroutines run: with GOMAXPROCS=1 a build would otherwise delay
+// queries until the scheduler preempts it (10 ms).
+const yieldEvery = time.Millisecond
+
+// yielder lets the network poller run every yieldEvery: a short sleep parks
+// the goroutine, so the scheduler polls the network before resuming it.
+type yielder struct{ last time.Time }
+
+func (y *yielder) maybe(i int) {
+	if i&255 != 0 {
+		return
 	}
+	if now := time.Now(); now.Sub(y.last) >= yieldEvery {
+		time.Sleep(20 * time.Microsecond)
+		y.last = time.Now()
+	}
+}
+
+// buildTable compiles a validated roster (spec.Roster.Validate); it need
+// not be normalized.
+func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
+	y := yielder{last: time.Now()}
 	t := &table{gen: r.Generation, ttl: ttl, negTTL: negTTL, seed: maphash.MakeSeed()}
+	zoneNames := make([]string, 0, len(r.Zones))
 	for _, z := range r.Zones {
+		zoneNames = append(zoneNames, spec.CanonicalName(z))
+	}
+	slices.SortFunc(zoneNames, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	zoneNames = slices.Compact(zoneNames)
+	if len(zoneNames) >= 1<<16-1 {
+		return nil, fmt.Errorf("roster has %d zones; at most %d are supported", len(zoneNames), 1<<16-2)
+	}
+	for _, z := range zoneNames {
 		w, err := wireName(z)
 		if err != nil {
 			return nil, fmt.Errorf("zone %q: %w", z, err)
 		}
-		t.zones = append(t.zones, zone{name: z, wire: w, soa: soaRecord(w, r.Generation, negTTL)})
+		t.zones = append(t.zones, zone{name: z, dot: "." + z, wire: w, soa: soaRecord(w, r.Generation, negTTL)})
 	}
 
-	names := r.SortedNames()
-	// Apexes and empty non-terminals below them exist too, so that a
-	// question for them is NODATA rather than an NXDOMAIN that would deny
-	// the names below (RFC 8020).
-	exists := map[string]bool{}
-	for _, z := range r.Zones {
-		if _, ok := r.Names[z]; !ok {
-			exists[z] = true
-		}
-	}
-	for _, n := range names {
-		zi := t.zoneOf(n)
-		if zi == 0 {
-			continue
-		}
-		apex := t.zones[zi-1].name
-		for p := parent(n); p != "" && len(p) > len(apex); p = parent(p) {
-			if _, ok := r.Names[p]; !ok {
-				exists[p] = true
-			}
-		}
-	}
-	var extra []string
-	for n := range exists {
-		extra = append(extra, n)
-	}
-	slices.Sort(extra)
-
-	total := len(names) + len(extra)
-	t.ents = make([]entry, 0, total)
-	size := uint64(4)
-	for size < uint64(total)*2 {
-		size <<= 1
-	}
-	t.slots = make([]uint32, size)
-	t.mask = size - 1
-	var n4, n6, nameBytes int
-	for _, n := range names {
-		nameBytes += len(n) + 2
-		for _, a := range r.Names[n] {
+	var nameBytes, n4, n6 int
+	for n, addrs := range r.Names {
+		_, rel := t.split(spec.CanonicalName(n))
+		nameBytes += len(rel) + 1
+		for _, a := range addrs {
 			if a.Is4() {
 				n4++
 			} else {
@@ -132,201 +121,314 @@ func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
 			}
 		}
 	}
-	for _, n := range extra {
-		nameBytes += len(n) + 2
+	size := uint64(4)
+	for size < uint64(len(r.Names)+len(t.zones))*2 {
+		size <<= 1
 	}
+	t.slots = make([]uint32, size)
+	t.mask = size - 1
+	t.ents = make([]entry, 0, len(r.Names)+len(t.zones))
 	t.names = make([]byte, 0, nameBytes)
-	t.v4 = make([]byte, 0, 4*n4)
-	t.v6 = make([]byte, 0, 16*n6)
+	t.addrs = make([]byte, 0, 4*n4+16*n6)
 	t.rev4 = make([]rev4, 0, n4)
 	t.rev6 = make([]rev6, 0, n6)
 
-	add := func(n string, addrs []netip.Addr, routed bool) error {
-		w, err := wireName(n)
-		if err != nil {
-			return fmt.Errorf("name %q: %w", n, err)
-		}
+	var sorted []netip.Addr
+	i := 0
+	for n, addrs := range r.Names {
+		y.maybe(i)
+		i++
 		if len(addrs) > maxAddrs {
-			return fmt.Errorf("name %q has %d addresses; at most %d fit a DNS answer", n, len(addrs), maxAddrs)
+			return nil, fmt.Errorf("name %q has %d addresses; at most %d fit a DNS answer", n, len(addrs), maxAddrs)
 		}
-		e := entry{
-			name:    uint32(len(t.names)),
-			nameLen: uint8(len(w)),
-			v4:      uint32(len(t.v4) / 4),
-			v6:      uint32(len(t.v6) / 16),
-			zone:    t.zoneOf(n),
-			routed:  routed,
+		if !slices.IsSortedFunc(addrs, netip.Addr.Compare) {
+			sorted = append(sorted[:0], addrs...)
+			slices.SortFunc(sorted, netip.Addr.Compare)
+			addrs = sorted
 		}
-		idx := uint32(len(t.ents))
-		t.names = append(t.names, w...)
-		for _, a := range addrs {
-			if a.Is4() {
-				b := a.As4()
-				t.v4 = append(t.v4, b[:]...)
-				t.rev4 = append(t.rev4, rev4{b, idx})
-				e.n4++
-			} else {
-				b := a.As16()
-				t.v6 = append(t.v6, b[:]...)
-				t.rev6 = append(t.rev6, rev6{b, idx})
-				e.n6++
-			}
-		}
-		t.ents = append(t.ents, e)
-		for i := t.hash(w) & t.mask; ; i = (i + 1) & t.mask {
-			if t.slots[i] == 0 {
-				t.slots[i] = idx + 1
-				break
-			}
-		}
-		return nil
-	}
-	for _, n := range names {
-		if err := add(n, r.Names[n], true); err != nil {
+		if err := t.add(spec.CanonicalName(n), addrs, true); err != nil {
 			return nil, err
 		}
 	}
-	for _, n := range extra {
-		if err := add(n, nil, false); err != nil {
+	// Zone apexes and the empty non-terminals between a zone and its names
+	// exist, so that asking for them is NODATA rather than an NXDOMAIN that
+	// would deny every name below (RFC 8020).
+	for zi := range t.zones {
+		if err := t.addIfMissing(t.zones[zi].name); err != nil {
 			return nil, err
 		}
 	}
-	slices.SortFunc(t.rev4, func(a, b rev4) int {
-		return cmp.Or(bytes.Compare(a.addr[:], b.addr[:]), cmp.Compare(a.ent, b.ent))
-	})
+	for ei := 0; ei < len(t.ents); ei++ {
+		y.maybe(ei)
+		e := t.ents[ei]
+		if !e.routed || e.zone == 0 {
+			continue
+		}
+		// Walk up the labels above the zone, stopping below the apex.
+		labels := t.names[e.name : e.name+uint32(e.nameLen)]
+		for off := int(labels[0]) + 1; off < len(labels); off += int(labels[off]) + 1 {
+			if err := t.addWireIfMissing(labels[off:], e.zone); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Empty non-terminals grew the arenas past their size: trim the slack.
+	if cap(t.names)-len(t.names) > len(t.names)/16 {
+		t.names = slices.Clone(t.names)
+	}
+	if cap(t.ents)-len(t.ents) > len(t.ents)/16 {
+		t.ents = slices.Clone(t.ents)
+	}
+	slices.SortFunc(t.rev4, func(a, b rev4) int { return cmp.Or(cmp.Compare(a.addr, b.addr), cmp.Compare(a.ent, b.ent)) })
+	y.maybe(0)
 	slices.SortFunc(t.rev6, func(a, b rev6) int {
-		return cmp.Or(bytes.Compare(a.addr[:], b.addr[:]), cmp.Compare(a.ent, b.ent))
+		return cmp.Or(strings.Compare(string(a.addr[:]), string(b.addr[:])), cmp.Compare(a.ent, b.ent))
 	})
 	return t, nil
 }
 
-func (t *table) hash(wire []byte) uint64 { return maphash.Bytes(t.seed, wire) }
-
-// lookup finds a lowercase wire-format name.
-func (t *table) lookup(wire []byte) (*entry, bool) {
-	if t == nil {
-		return nil, false
-	}
-	for i := t.hash(wire) & t.mask; ; i = (i + 1) & t.mask {
-		s := t.slots[i]
-		if s == 0 {
-			return nil, false
+// split returns the zone index+1 holding a canonical name (0 for none) and
+// the part of the name above it.
+func (t *table) split(name string) (uint16, string) {
+	for i := range t.zones {
+		z := &t.zones[i]
+		if name == z.name {
+			return uint16(i + 1), ""
 		}
-		e := &t.ents[s-1]
-		if int(e.nameLen) == len(wire) && string(t.names[e.name:e.name+uint32(e.nameLen)]) == string(wire) {
-			return e, true
+		if strings.HasSuffix(name, z.dot) {
+			return uint16(i + 1), name[:len(name)-len(z.dot)]
+		}
+	}
+	return 0, name
+}
+
+// add inserts a canonical name; the caller knows it is not there yet.
+func (t *table) add(name string, addrs []netip.Addr, routed bool) error {
+	zi, rel := t.split(name)
+	off := len(t.names)
+	if rel != "" {
+		for label := range strings.SplitSeq(rel, ".") {
+			if len(label) == 0 || len(label) > 63 {
+				return fmt.Errorf("name %q: label %q must be 1 to 63 characters", name, label)
+			}
+			t.names = append(t.names, byte(len(label)))
+			t.names = append(t.names, label...)
+		}
+	}
+	rl := len(t.names) - off
+	if zi != 0 {
+		rl += len(t.zones[zi-1].wire) - 1
+	}
+	if rl+1 > 255 {
+		t.names = t.names[:off]
+		return fmt.Errorf("name %q is longer than 255 bytes in wire format", name)
+	}
+	return t.insert(off, len(t.names)-off, zi, addrs, routed)
+}
+
+// addIfMissing inserts a canonical name without addresses unless present.
+func (t *table) addIfMissing(name string) error {
+	w, err := wireName(name)
+	if err != nil {
+		return err
+	}
+	if e, _ := t.lookup(w); e != nil {
+		return nil
+	}
+	return t.add(name, nil, false)
+}
+
+// addWireIfMissing inserts the labels rel (wire form, no root label) above
+// zone zi without addresses unless present.
+func (t *table) addWireIfMissing(rel []byte, zi uint16) error {
+	if t.find(rel, zi) != nil {
+		return nil
+	}
+	off := len(t.names)
+	t.names = append(t.names, rel...)
+	return t.insert(off, len(rel), zi, nil, false)
+}
+
+func (t *table) insert(off, n int, zi uint16, addrs []netip.Addr, routed bool) error {
+	idx := uint32(len(t.ents))
+	e := entry{name: uint32(off), nameLen: uint8(n), addr: uint32(len(t.addrs)), zone: zi, routed: routed}
+	for _, a := range addrs {
+		if a.Is4() {
+			b := a.As4()
+			t.addrs = append(t.addrs, b[:]...)
+			t.rev4 = append(t.rev4, rev4{binary.BigEndian.Uint32(b[:]), idx})
+			e.n4++
+		}
+	}
+	for _, a := range addrs {
+		if !a.Is4() {
+			b := a.As16()
+			t.addrs = append(t.addrs, b[:]...)
+			t.rev6 = append(t.rev6, rev6{b, idx})
+			e.n6++
+		}
+	}
+	t.ents = append(t.ents, e)
+	if uint64(len(t.ents))*2 > t.mask+1 {
+		t.grow()
+		return nil
+	}
+	rel := t.names[off : off+n]
+	for i := t.hash(rel, zi) & t.mask; ; i = (i + 1) & t.mask {
+		if t.slots[i] == 0 {
+			t.slots[i] = idx + 1
+			return nil
 		}
 	}
 }
 
+// grow doubles the hash index (empty non-terminals can outnumber names).
+func (t *table) grow() {
+	size := (t.mask + 1) * 2
+	t.slots = make([]uint32, size)
+	t.mask = size - 1
+	for idx := range t.ents {
+		e := &t.ents[idx]
+		for i := t.hash(t.names[e.name:e.name+uint32(e.nameLen)], e.zone) & t.mask; ; i = (i + 1) & t.mask {
+			if t.slots[i] == 0 {
+				t.slots[i] = uint32(idx) + 1
+				break
+			}
+		}
+	}
+}
+
+func (t *table) hash(rel []byte, zi uint16) uint64 {
+	return maphash.Bytes(t.seed, rel) ^ uint64(zi)*0x9E3779B97F4A7C15
+}
+
+// find returns the entry for the labels rel above zone zi, nil if none.
+func (t *table) find(rel []byte, zi uint16) *entry {
+	for i := t.hash(rel, zi) & t.mask; ; i = (i + 1) & t.mask {
+		s := t.slots[i]
+		if s == 0 {
+			return nil
+		}
+		e := &t.ents[s-1]
+		if e.zone == zi && int(e.nameLen) == len(rel) && string(t.names[e.name:e.name+uint32(e.nameLen)]) == string(rel) {
+			return e
+		}
+	}
+}
+
+// lookup finds a lowercase wire-format name and also returns the zone
+// index+1 holding it (0 for none), found or not.
+func (t *table) lookup(wire []byte) (*entry, uint16) {
+	zi := t.zoneOfWire(wire)
+	rel := wire[:len(wire)-1] // without the root label
+	if zi != 0 {
+		rel = wire[:len(wire)-len(t.zones[zi-1].wire)]
+	}
+	return t.find(rel, zi), zi
+}
+
 // lookupName finds a name in presentation form, any case, trailing dot or not.
-func (t *table) lookupName(name string) (*entry, bool) {
+func (t *table) lookupName(name string) (*entry, uint16) {
 	w, err := wireName(spec.CanonicalName(name))
 	if err != nil {
-		return nil, false
+		return nil, 0
 	}
 	return t.lookup(w)
 }
 
-// zoneOf returns the index+1 of the longest zone holding the canonical
-// name, 0 if none does.
-func (t *table) zoneOf(name string) uint16 {
-	best, bestLen := 0, -1
-	for i, z := range t.zones {
-		if spec.InZone(name, z.name) && len(z.name) > bestLen {
-			best, bestLen = i+1, len(z.name)
-		}
-	}
-	return uint16(best)
-}
-
-// zoneOfWire is zoneOf for a lowercase wire-format name.
+// zoneOfWire returns the index+1 of the closest zone holding a lowercase
+// wire-format name, 0 if none does.
 func (t *table) zoneOfWire(wire []byte) uint16 {
-	best, bestLen := 0, -1
 	for i := range t.zones {
-		z := t.zones[i].wire
-		if len(z) > bestLen && inZoneWire(wire, z) {
-			best, bestLen = i+1, len(z)
+		if inZoneWire(wire, t.zones[i].wire) {
+			return uint16(i + 1)
 		}
 	}
-	return uint16(best)
+	return 0
 }
 
 // inZoneWire reports whether the wire name is zone or below it.
 func inZoneWire(name, zone []byte) bool {
-	if len(name) < len(zone) || !bytes.Equal(name[len(name)-len(zone):], zone) {
+	start := len(name) - len(zone)
+	if start < 0 || string(name[start:]) != string(zone) {
 		return false
 	}
 	// The suffix must start on a label boundary.
-	for off := 0; off < len(name); off += int(name[off]) + 1 {
-		if off == len(name)-len(zone) {
-			return true
-		}
-		if name[off] == 0 {
-			break
-		}
+	off := 0
+	for off < start {
+		off += int(name[off]) + 1
 	}
-	return false
+	return off == start
 }
 
-func (t *table) addrs4(e *entry) []byte { return t.v4[4*e.v4 : 4*(e.v4+uint32(e.n4))] }
-func (t *table) addrs6(e *entry) []byte { return t.v6[16*e.v6 : 16*(e.v6+uint32(e.n6))] }
+func (t *table) addrs4(e *entry) []byte { return t.addrs[e.addr : e.addr+4*uint32(e.n4)] }
+
+func (t *table) addrs6(e *entry) []byte {
+	s := e.addr + 4*uint32(e.n4)
+	return t.addrs[s : s+16*uint32(e.n6)]
+}
 
 // nameOf returns an entry's name in canonical presentation form.
 func (t *table) nameOf(e *entry) string {
-	return presentName(t.names[e.name : e.name+uint32(e.nameLen)])
+	rel := presentName(t.names[e.name : e.name+uint32(e.nameLen)])
+	if e.zone == 0 {
+		return rel
+	}
+	if rel == "" {
+		return t.zones[e.zone-1].name
+	}
+	return rel + t.zones[e.zone-1].dot
 }
 
-// reverse returns the names that have address a.
+// reverse returns the names that have address a, in order.
 func (t *table) reverse(a netip.Addr) []string {
 	var out []string
 	if a.Is4() {
-		k := a.As4()
-		i, _ := slices.BinarySearchFunc(t.rev4, k, func(r rev4, k [4]byte) int { return bytes.Compare(r.addr[:], k[:]) })
+		b := a.As4()
+		k := binary.BigEndian.Uint32(b[:])
+		i, _ := slices.BinarySearchFunc(t.rev4, k, func(r rev4, k uint32) int { return cmp.Compare(r.addr, k) })
 		for ; i < len(t.rev4) && t.rev4[i].addr == k; i++ {
 			out = append(out, t.nameOf(&t.ents[t.rev4[i].ent]))
 		}
-		return out
+	} else {
+		k := a.As16()
+		i, _ := slices.BinarySearchFunc(t.rev6, k, func(r rev6, k [16]byte) int { return strings.Compare(string(r.addr[:]), string(k[:])) })
+		for ; i < len(t.rev6) && t.rev6[i].addr == k; i++ {
+			out = append(out, t.nameOf(&t.ents[t.rev6[i].ent]))
+		}
 	}
-	k := a.As16()
-	i, _ := slices.BinarySearchFunc(t.rev6, k, func(r rev6, k [16]byte) int { return bytes.Compare(r.addr[:], k[:]) })
-	for ; i < len(t.rev6) && t.rev6[i].addr == k; i++ {
-		out = append(out, t.nameOf(&t.ents[t.rev6[i].ent]))
-	}
+	slices.Sort(out)
 	return out
 }
 
-// roster rebuilds the roster the table was compiled from.
+// roster rebuilds the (normalized) roster the table was compiled from.
 func (t *table) roster() *spec.Roster {
 	r := &spec.Roster{Generation: t.gen, Names: make(map[string][]netip.Addr, len(t.ents))}
 	for _, z := range t.zones {
 		r.Zones = append(r.Zones, z.name)
 	}
+	slices.Sort(r.Zones)
 	for i := range t.ents {
 		e := &t.ents[i]
-		if !e.routed {
-			continue
+		if e.routed {
+			r.Names[t.nameOf(e)] = t.addrsOf(e)
 		}
-		addrs := make([]netip.Addr, 0, int(e.n4)+int(e.n6))
-		a4 := t.addrs4(e)
-		for j := 0; j < len(a4); j += 4 {
-			addrs = append(addrs, netip.AddrFrom4([4]byte(a4[j:j+4])))
-		}
-		a6 := t.addrs6(e)
-		for j := 0; j < len(a6); j += 16 {
-			addrs = append(addrs, netip.AddrFrom16([16]byte(a6[j:j+16])))
-		}
-		r.Names[t.nameOf(e)] = addrs
 	}
 	return r
 }
 
-// parent returns the name one label up, "" for a single label.
-func parent(name string) string {
-	if i := strings.IndexByte(name, '.'); i >= 0 {
-		return name[i+1:]
+// addrsOf returns an entry's addresses, sorted.
+func (t *table) addrsOf(e *entry) []netip.Addr {
+	addrs := make([]netip.Addr, 0, int(e.n4)+int(e.n6))
+	a4 := t.addrs4(e)
+	for j := 0; j < len(a4); j += 4 {
+		addrs = append(addrs, netip.AddrFrom4([4]byte(a4[j:j+4])))
 	}
-	return ""
+	a6 := t.addrs6(e)
+	for j := 0; j < len(a6); j += 16 {
+		addrs = append(addrs, netip.AddrFrom16([16]byte(a6[j:j+16])))
+	}
+	return addrs
 }
 
 // wireName encodes a canonical name (no trailing dot) in wire format.
@@ -349,8 +451,8 @@ func wireName(name string) ([]byte, error) {
 	return out, nil
 }
 
-// presentName decodes an uncompressed wire name to presentation form without
-// the trailing dot.
+// presentName decodes uncompressed wire labels (root label optional) to
+// presentation form without the trailing dot.
 func presentName(w []byte) string {
 	var b strings.Builder
 	for off := 0; off < len(w) && w[off] != 0; off += int(w[off]) + 1 {
@@ -363,8 +465,8 @@ func presentName(w []byte) string {
 }
 
 // soaRecord is the zone's SOA in wire format: owner (uncompressed), type,
-// class, TTL, rdata. The serial is the roster generation, the minimum (and
-// the TTL) the negative TTL.
+// class, TTL, rdata. The serial is the roster generation (low 32 bits), the
+// minimum (and the TTL) the negative TTL.
 func soaRecord(zoneWire []byte, gen uint64, negTTL uint32) []byte {
 	mname := append([]byte{3, 'n', 's', '1'}, zoneWire...)
 	rname := append([]byte{10, 'h', 'o', 's', 't', 'm', 'a', 's', 't', 'e', 'r'}, zoneWire...)

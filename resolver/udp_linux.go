@@ -66,7 +66,7 @@ func (s *Server) serveUDP(l *listener) {
 		var n int
 		var errno unix.Errno
 		err := rc.Read(func(fd uintptr) bool {
-			r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.in[0])), batchSize, unix.MSG_DONTWAIT, 0, 0)
+			r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.in[0])), batchSize, unix.MSG_DONTWAIT, 0, 0)
 			if e == unix.EAGAIN {
 				return false
 			}
@@ -107,7 +107,7 @@ func (s *Server) serveUDP(l *listener) {
 		for sent := 0; sent < nout; {
 			var failed bool
 			err := rc.Write(func(fd uintptr) bool {
-				r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.out[sent])), uintptr(nout-sent), unix.MSG_DONTWAIT, 0, 0)
+				r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.out[sent])), uintptr(nout-sent), unix.MSG_DONTWAIT, 0, 0)
 				if e == unix.EAGAIN {
 					return false
 				}

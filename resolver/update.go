@@ -29,26 +29,25 @@ func (s *Server) Update(r *spec.Roster) error {
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("roster generation %d refused: %w", r.Generation, err)
 	}
-	n := r.Normalize()
-
 	s.updateMu.Lock()
 	defer s.updateMu.Unlock()
-	if cur := s.table.Load(); cur != nil && n.Generation <= cur.gen {
-		return fmt.Errorf("%w: got generation %d, serving %d", ErrStaleGeneration, n.Generation, cur.gen)
+	if cur := s.table.Load(); cur != nil && r.Generation <= cur.gen {
+		return fmt.Errorf("%w: got generation %d, serving %d", ErrStaleGeneration, r.Generation, cur.gen)
 	}
-	t, err := buildTable(n, seconds(s.cfg.TTL), seconds(s.cfg.NegativeTTL))
+	// The table canonicalizes names itself, so r need not be normalized.
+	t, err := buildTable(r, seconds(s.cfg.TTL), seconds(s.cfg.NegativeTTL))
 	if err != nil {
-		return fmt.Errorf("roster generation %d refused: %w", n.Generation, err)
+		return fmt.Errorf("roster generation %d refused: %w", r.Generation, err)
 	}
 	s.table.Store(t)
 	took := time.Since(start)
 	s.metrics.swap.Observe(took.Seconds())
 	s.metrics.generation.Set(float64(t.gen))
-	s.log.Info("roster swapped in", "generation", t.gen, "names", len(n.Names), "took", took)
+	s.log.Info("roster swapped in", "generation", t.gen, "names", len(r.Names), "took", took)
 
 	if s.cfg.StatePath != "" {
-		if err := saveState(s.cfg.StatePath, n); err != nil {
-			return fmt.Errorf("roster generation %d is served but not saved: %w", n.Generation, err)
+		if err := saveState(s.cfg.StatePath, t); err != nil {
+			return fmt.Errorf("roster generation %d is served but not saved: %w", r.Generation, err)
 		}
 	}
 	return nil

@@ -137,17 +137,25 @@ func runResolver(ctx context.Context, env *environment, args []string) (int, err
 
 	if f.roster != "" {
 		if err := reloadRoster(log, srv, f.roster); err != nil {
-			if srv.Roster() == nil {
+			if !srv.Serving() {
 				return 1, err
 			}
 			log.Error("roster file refused; serving the saved roster", "err", err)
 		}
 	}
+	// Parsing the roster made garbage many times the compiled table: hand it
+	// back before serving, so the resident size reflects the table. (Later
+	// reloads leave this to the runtime's background scavenger, which does
+	// not stall queries.)
+	debug.FreeOSMemory()
 	for _, a := range f.listen {
 		if err := srv.Listen(a); err != nil {
 			return 1, err
 		}
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fmt.Fprintf(env.stderr, "meshhost resolver: serving on %v\n", srv.Listeners())
 
 	if f.roster == "" {
@@ -161,9 +169,6 @@ func runResolver(ctx context.Context, env *environment, args []string) (int, err
 		default:
 		}
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	stopWatch, err := watchRosterFile(ctx, f.roster, poke)
 	if err != nil {
 		return 1, fmt.Errorf("watching %q: %w", f.roster, err)
@@ -203,9 +208,6 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	}
 	log.Info("roster applied", "path", path, "generation", r.Generation, "names", len(r.Names),
 		"applied_unix_nano", time.Now().UnixNano())
-	// The parsed document is garbage now; hand its memory back so the
-	// resident size reflects the compiled table.
-	debug.FreeOSMemory()
 	return nil
 }
 

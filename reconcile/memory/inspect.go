@@ -87,18 +87,17 @@ func (m *Runtime) snapshot(c *container) Container {
 	}
 }
 
-// SetUnhealthy makes the named container report unhealthy (or no longer),
-// as a failing healthcheck would. It applies to the container now holding
-// the name.
-func (m *Runtime) SetUnhealthy(name string, unhealthy bool) error {
+// SetUnhealthy makes whatever container holds name report unhealthy (or
+// no longer), as a failing healthcheck would; it applies to containers
+// created under the name later too.
+func (m *Runtime) SetUnhealthy(name string, unhealthy bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	id, ok := m.names[name]
-	if !ok {
-		return fmt.Errorf("container %q: %w", name, reconcile.ErrNotFound)
+	if unhealthy {
+		m.unhealthy[name] = true
+	} else {
+		delete(m.unhealthy, name)
 	}
-	m.containers[id].unhealthy = unhealthy
-	return nil
 }
 
 // Volumes returns every named volume any container ever mounted. Volumes

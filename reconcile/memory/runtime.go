@@ -39,6 +39,7 @@ type Runtime struct {
 	containers map[string]*container // by ID
 	names      map[string]string     // name -> ID
 	volumes    map[string]bool       // named volumes ever mounted; never removed
+	unhealthy  map[string]bool       // names whose containers report unhealthy
 	nextID     uint64
 	clock      uint64 // logical clock: ticks on every start and stop
 	calls      map[string]int
@@ -58,7 +59,6 @@ type container struct {
 	startedAt time.Time
 	finished  time.Time
 	startSeq  uint64 // logical time of the last start; 0: never started
-	unhealthy bool   // forced by SetUnhealthy
 }
 
 // New returns an empty Runtime.
@@ -71,6 +71,7 @@ func New(opts Options) *Runtime {
 		containers: map[string]*container{},
 		names:      map[string]string{},
 		volumes:    map[string]bool{},
+		unhealthy:  map[string]bool{},
 		calls:      map[string]int{},
 	}
 }
@@ -272,7 +273,7 @@ func (m *Runtime) health(c *container) reconcile.Health {
 		return reconcile.HealthNone
 	case c.state != reconcile.StateRunning:
 		return reconcile.HealthStarting
-	case c.unhealthy:
+	case m.unhealthy[c.settings.Name]:
 		return reconcile.HealthUnhealthy
 	case m.opts.Now().Sub(c.startedAt) < m.opts.HealthDelay:
 		return reconcile.HealthStarting

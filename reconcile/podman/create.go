@@ -140,6 +140,6 @@ func createResources(res spec.Resources) *specs.LinuxResources {
 	if res.PidsLimit > 0 {
 		pids = res.PidsLimit
 	}
-	l.Pids = &specs.LinuxPids{Limit: &pids}
+	l.Pids = &specs.LinuxPids{Limit: pids}
 	return l
 }

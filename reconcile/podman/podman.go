@@ -38,10 +38,10 @@ var _ reconcile.Runtime = (*Runtime)(nil)
 type Option func(*Runtime)
 
 // RunHealthchecks makes Inspect run the healthcheck of a running container
-// that has one (podman healthcheck run) before it reports the container's
-// health. Podman schedules healthchecks with systemd timers; on a machine
-// without systemd they never run by themselves and the health stays
-// "starting".
+// that has one (podman healthcheck run) and inspect it again, reporting the
+// health that results: three API calls instead of one. Podman schedules
+// healthchecks with systemd timers; on a machine without systemd they never
+// run by themselves and the health stays "starting" for ever.
 func RunHealthchecks() Option { return func(r *Runtime) { r.health = true } }
 
 // New connects to the podman API service at socketURI, e.g.
@@ -132,11 +132,17 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (reconcile.Inspected, 
 	}
 	in := inspected(data)
 	if r.health && in.Settings.Healthcheck != nil && in.State == reconcile.StateRunning {
-		res, err := containers.RunHealthCheck(r.call(ctx, "Healthcheck"), id, nil)
-		if err != nil {
+		// The answer of a run is that run's result only; the container's
+		// health (failing streak against retries, start period) is in its
+		// state afterwards.
+		if _, err := containers.RunHealthCheck(r.call(ctx, "Healthcheck"), id, nil); err != nil {
 			return reconcile.Inspected{}, fmt.Errorf("running the healthcheck of container %s: %w", id, mapError(err))
 		}
-		in.Health = health(res.Status, true)
+		data, err := containers.Inspect(r.call(ctx, "Inspect"), id, nil)
+		if err != nil {
+			return reconcile.Inspected{}, fmt.Errorf("inspecting container %s: %w", id, mapError(err))
+		}
+		in = inspected(data)
 	}
 	return in, nil
 }
@@ -235,7 +241,7 @@ func updateResources(res spec.Resources) *specs.LinuxResources {
 	return &specs.LinuxResources{
 		Memory: &specs.LinuxMemory{Limit: &mem, Swap: &swap},
 		CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
-		Pids:   &specs.LinuxPids{Limit: &pids},
+		Pids:   &specs.LinuxPids{Limit: pids},
 	}
 }
 

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/declsource"
+	"github.com/meshhost/meshhost/internal/journal"
+	"github.com/meshhost/meshhost/migrations"
+	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/reconcile/memory"
+	"github.com/meshhost/meshhost/reconcile/podman"
+	"github.com/meshhost/meshhost/resolver"
+)
+
+func init() {
+	register(command{name: "agent", summary: "run the host agent: resolver, migration gate and reconcile loop", run: runAgent})
+}
+
+// Files and directories of the agent's state directory.
+const (
+	rosterStateFile    = "roster.json"     // the resolver's last good roster
+	reconcileStateFile = "reconciler.json" // replacement budget and adoptions
+	journalDir         = "journal"
+)
+
+func runAgent(ctx context.Context, env *environment, args []string) (int, error) {
+	fs := newFlagSet(env, "agent")
+	declPath := fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes")
+	push := fs.String("push", "", "the controller's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock; \"off\" disables it)")
+	httpAddr := fs.String("http", "127.0.0.1:9469", "where /metrics and /healthz are served (\"off\" disables them)")
+	stateDir := fs.String("state", "/var/lib/meshhost", "state directory: saved declaration and roster, migration state, journal")
+	runtimeKind := fs.String("runtime", "podman", "container runtime: podman, or memory (embedded, for trying the agent out)")
+	socket := fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)")
+	interval := fs.Duration("interval", 30*time.Second, "time between periodic passes")
+	budget := fs.Int("budget", reconcile.DefaultBudget.Max, "replacements allowed per budget window")
+	window := fs.Duration("budget-window", reconcile.DefaultBudget.Window, "the replacement budget's window")
+	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local resolver address (assigned to lo) for routed networks")
+	probeBinary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
+	probeOutside := fs.String("probe-outside", "", "a name outside the mesh the probe resolves through forwarding, as NAME or NAME=ADDR (default: skip that check)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var upstreams, listens addrList
+	var allow prefixList
+	fs.Var(&upstreams, "upstream", "upstream DNS server `ip:port` for names outside the mesh (repeatable; default: /etc/resolv.conf)")
+	fs.Var(&listens, "listen", "extra resolver listen `ip:port` (repeatable), e.g. 127.0.0.1:53 for the host itself")
+	fs.Var(&allow, "allow", "extra resolver client `CIDR` (repeatable); probed container networks and loopback are always allowed")
+	if err := fs.Parse(args); err != nil {
+		return 2, err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return 2, fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
+	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
+		return 1, fmt.Errorf("state directory: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// The resolver comes first: it serves the saved roster before the
+	// controller or the runtime answer anything.
+	srv, err := resolver.New(resolver.Config{
+		Logger: logger, Registerer: reg, Upstreams: upstreams, Allow: allow,
+		StatePath: filepath.Join(*stateDir, rosterStateFile),
+		Forbidden: resolver.PodmanDNSGuard(),
+	})
+	if err != nil {
+		return 1, err
+	}
+	defer srv.Close() // last: the resolver answers until the very end
+	for _, l := range listens {
+		if err := srv.Listen(l); err != nil {
+			return 1, fmt.Errorf("--listen %s: %w", l, err)
+		}
+	}
+	if r := srv.Roster(); r != nil {
+		logger.Info("serving the saved roster", "generation", r.Generation, "names", len(r.Names))
+	}
+
+	saved, err := agent.LoadDeclaration(*stateDir)
+	if err != nil {
+		return 1, err
+	}
+	source := declsource.New(logger, saved)
+
+	var rt reconcile.Runtime
+	var nets agent.Networks
+	var newProber func(zone string) (agent.Prober, error)
+	switch *runtimeKind {
+	case "memory":
+		rt = memory.New(memory.Options{})
+	case "podman":
+		uri := podmanSocket(env, *socket)
+		if uri == "" {
+			return 2, errors.New("no podman socket: pass --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
+		}
+		p, err := podman.New(ctx, uri, logger)
+		if err != nil {
+			return 1, err
+		}
+		rt, nets = p, probeRuntime{p}
+		nl, err := netip.ParseAddr(*nodeLocal)
+		if err != nil {
+			return 2, fmt.Errorf("--node-local: %w", err)
+		}
+		outside, outsideWant, err := parseOutside(*probeOutside)
+		if err != nil {
+			return 2, err
+		}
+		newProber = func(zone string) (agent.Prober, error) {
+			bin := *probeBinary
+			if bin == "" {
+				if bin, err = migrations.FindProbeBinary(); err != nil {
+					return nil, err
+				}
+			}
+			image, err := migrations.ProbeImage(ctx, p, bin)
+			if err != nil {
+				return nil, err
+			}
+			return migrations.NewRunner(migrations.RunnerConfig{
+				Runtime: probeRuntime{p}, Resolver: srv, Image: image, Zone: zone,
+				Outside: outside, OutsideWant: outsideWant, NodeLocal: nl, Allow: allow, Logger: logger,
+			})
+		}
+	default:
+		return 2, fmt.Errorf("--runtime %q: want podman or memory", *runtimeKind)
+	}
+
+	gate, err := migrations.OpenGate(migrations.GateConfig{Dir: *stateDir, Logger: logger, Registerer: reg})
+	if err != nil {
+		return 1, err
+	}
+	jnl, err := journal.Open(filepath.Join(*stateDir, journalDir), journal.Options{})
+	if err != nil {
+		return 1, err
+	}
+	rstate := loadReconcileState(filepath.Join(*stateDir, reconcileStateFile), logger)
+	rec, err := reconcile.New(reconcile.Config{
+		Runtime: rt, Logger: logger, Registerer: reg, Journal: jnl,
+		Budget:     reconcile.Budget{Max: *budget, Window: *window},
+		BudgetUsed: rstate.BudgetUsed, Adoptions: rstate.Adoptions,
+	})
+	if err != nil {
+		return 1, err
+	}
+	a, err := agent.New(agent.Config{
+		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source,
+		Networks: nets, NewProber: newProber, Journal: jnl, StateDir: *stateDir,
+		Interval: *interval, Logger: logger, Registerer: reg,
+		AfterPass: func(*agent.Report) {
+			saveReconcileState(filepath.Join(*stateDir, reconcileStateFile), rec, logger)
+		},
+	})
+	if err != nil {
+		return 1, err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	if *declPath != "" {
+		g.Go(func() error { return source.WatchPath(gctx, *declPath) })
+	}
+	if *push != "off" {
+		addr := *push
+		if addr == "" {
+			addr = "unix:" + filepath.Join(*stateDir, "push.sock")
+		}
+		l, err := declsource.Listen(addr)
+		if err != nil {
+			return 1, err
+		}
+		logger.Info("push endpoint", "addr", addr)
+		g.Go(func() error { return serveHTTP(gctx, l, source.Handler()) })
+	}
+	if *httpAddr != "off" {
+		l, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			return 1, fmt.Errorf("--http: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+			if err := a.Health(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		mux.HandleFunc("/v1/report", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(a.LastReport())
+		})
+		logger.Info("metrics and health", "addr", l.Addr().String())
+		g.Go(func() error { return serveHTTP(gctx, l, mux) })
+	}
+	g.Go(func() error { return a.Run(gctx) })
+	err = g.Wait()
+	logger.Info("agent stopped; containers are left running", "err", err)
+	if err != nil && ctx.Err() == nil {
+		return 1, err
+	}
+	return 0, nil
+}
+
+// serveHTTP serves until ctx ends, then shuts down gracefully.
+func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
+	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(l) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return s.Shutdown(sctx)
+	case err := <-errc:
+		return err
+	}
+}
+
+func parseOutside(v string) (string, netip.Addr, error) {
+	if v == "" {
+		return "", netip.Addr{}, nil
+	}
+	name, addr, ok := cutLast(v, "=")
+	if !ok {
+		return v, netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return "", netip.Addr{}, fmt.Errorf("--probe-outside %q: %q is not an address", v, addr)
+	}
+	return name, a, nil
+}
+
+func cutLast(s, sep string) (string, string, bool) {
+	for i := len(s) - len(sep); i >= 0; i-- {
+		if s[i:i+len(sep)] == sep {
+			return s[:i], s[i+len(sep):], true
+		}
+	}
+	return s, "", false
+}
+
+// reconcileState is what the reconciler keeps across restarts, so a restart
+// neither resets the replacement budget nor re-inspects adopted containers.
+type reconcileState struct {
+	Version    int                  `json:"version"` // 1
+	BudgetUsed []time.Time          `json:"budget_used"`
+	Adoptions  []reconcile.Adoption `json:"adoptions"`
+}
+
+func loadReconcileState(path string, logger *slog.Logger) reconcileState {
+	var st reconcileState
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return st
+	}
+	if err := json.Unmarshal(data, &st); err != nil || st.Version != 1 {
+		logger.Warn("ignoring unreadable reconciler state; the budget starts empty", "path", path, "err", err)
+		return reconcileState{}
+	}
+	return st
+}
+
+func saveReconcileState(path string, rec *reconcile.Reconciler, logger *slog.Logger) {
+	data, _ := json.Marshal(reconcileState{Version: 1, BudgetUsed: rec.BudgetUsed(), Adoptions: rec.Adoptions()})
+	if err := writeFileAtomic(path, data); err != nil {
+		logger.Error("saving reconciler state", "path", path, "err", err)
+	}
+}
+
+// writeFileAtomic writes a file that readers see whole or not at all.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/meshhost/meshhost/internal/demo"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// runCLI runs a meshhost command in-process.
+func runCLI(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := &environment{stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
+	code = run(context.Background(), e, args)
+	return code, out.String(), errb.String()
+}
+
+func TestDemoJSON(t *testing.T) {
+	code, out, stderr := runCLI(t, nil, "demo", "--output", "json")
+	if code != 0 {
+		t.Fatalf("meshhost demo --output json = exit %d\n%s", code, stderr)
+	}
+	var rows []demo.Row
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var r demo.Row
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("decoding row %d: %v\n%s", len(rows), err, out)
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) != 8 {
+		t.Fatalf("got %d rows, want 4 actions x 2 modes", len(rows))
+	}
+	for _, r := range rows {
+		total := 0
+		for _, n := range r.Replaced {
+			total += n
+		}
+		switch r.Mode {
+		case spec.Copy:
+			// The incident: every container on every machine, about 61.
+			if r.Replaced["novox"] < 40 || total < 55 {
+				t.Errorf("%s (copy): replaced %v, want every container on every machine", r.Action, r.Replaced)
+			}
+		case spec.Resolve:
+			if total != 0 {
+				t.Errorf("%s (resolve): replaced %v, want none", r.Action, r.Replaced)
+			}
+		}
+		if len(r.Replaced) != 4 {
+			t.Errorf("%s (%s): replaced lists %d machines, want all 4", r.Action, r.Mode, len(r.Replaced))
+		}
+	}
+	if rows[5].Action != "assign searxng to ace" || rows[5].Created["ace"] != 1 {
+		t.Errorf("row 5 = %+v, want searxng created on ace", rows[5])
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	if code, _, _ := runCLI(t, nil); code != 2 {
+		t.Errorf("meshhost (no command) = exit %d, want 2", code)
+	}
+	if code, _, _ := runCLI(t, nil, "no-such-command"); code != 2 {
+		t.Errorf("meshhost no-such-command = exit %d, want 2", code)
+	}
+	if code, _, _ := runCLI(t, nil, "demo", "--output", "yaml"); code != 2 {
+		t.Errorf("meshhost demo --output yaml = exit %d, want 2", code)
+	}
+	if code, _, _ := runCLI(t, nil, "demo", "--no-such-flag"); code != 2 {
+		t.Errorf("meshhost demo --no-such-flag = exit %d, want 2", code)
+	}
+	code, out, _ := runCLI(t, nil, "version", "--output", "json")
+	if code != 0 || !strings.Contains(out, `"digest_version":"v1"`) {
+		t.Errorf("meshhost version --output json = exit %d, %s", code, out)
+	}
+}

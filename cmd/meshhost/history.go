@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/journal"
+)
+
+func init() {
+	register(command{name: "history", summary: "the declarations this machine applied and what each pass did", run: runHistory})
+	register(command{name: "roster", summary: "roster diff A B: names added, removed or moved; roster accept GEN: let a held roster shrink", run: runRoster})
+}
+
+func openJournal(state string) (*journal.Journal, error) {
+	return journal.Open(filepath.Join(state, journalDir), journal.Options{})
+}
+
+func runHistory(ctx context.Context, env *environment, args []string) (int, error) {
+	fs := newFlagSet(env, "history")
+	state := fs.String("state", "/var/lib/meshhost", "the agent's state directory")
+	output := fs.String("output", "text", "output format: text or json")
+	if err := fs.Parse(args); err != nil {
+		return 2, err
+	}
+	j, err := openJournal(*state)
+	if err != nil {
+		return 1, err
+	}
+	entries, err := j.History()
+	if err != nil {
+		return 1, err
+	}
+	if *output == "json" {
+		if entries == nil {
+			entries = []journal.Entry{}
+		}
+		return 0, json.NewEncoder(env.stdout).Encode(entries)
+	}
+	if len(entries) == 0 {
+		fmt.Fprintln(env.stdout, "no history yet")
+	}
+	for _, e := range entries {
+		fmt.Fprintln(env.stdout, e.String())
+	}
+	return 0, nil
+}
+
+func runRoster(ctx context.Context, env *environment, args []string) (int, error) {
+	fs := newFlagSet(env, "roster")
+	state := fs.String("state", "/var/lib/meshhost", "the agent's state directory")
+	output := fs.String("output", "text", "output format: text or json")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: meshhost roster diff A B    names added, removed or moved from roster generation A to B")
+		fmt.Fprintln(fs.Output(), "       meshhost roster accept GEN  let roster generation GEN drop more names than the guard allows")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2, err
+	}
+	switch {
+	case fs.NArg() == 3 && fs.Arg(0) == "diff":
+		a, errA := strconv.ParseUint(fs.Arg(1), 10, 64)
+		b, errB := strconv.ParseUint(fs.Arg(2), 10, 64)
+		if errA != nil || errB != nil {
+			return 2, errors.New("roster diff takes two roster generations, e.g. roster diff 6 7")
+		}
+		j, err := openJournal(*state)
+		if err != nil {
+			return 1, err
+		}
+		ra, err := j.Roster(a)
+		if err != nil {
+			return 1, fmt.Errorf("roster generation %d: %w", a, err)
+		}
+		rb, err := j.Roster(b)
+		if err != nil {
+			return 1, fmt.Errorf("roster generation %d: %w", b, err)
+		}
+		d := journal.RosterDiff(ra, rb)
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(d)
+		}
+		if d.Empty() {
+			fmt.Fprintf(env.stdout, "rosters %d and %d name the same addresses\n", a, b)
+			return 0, nil
+		}
+		fmt.Fprint(env.stdout, d.String())
+		return 0, nil
+	case fs.NArg() == 2 && fs.Arg(0) == "accept":
+		gen, err := strconv.ParseUint(fs.Arg(1), 10, 64)
+		if err != nil || gen == 0 {
+			return 2, fmt.Errorf("roster accept takes a roster generation, not %q", fs.Arg(1))
+		}
+		if err := agent.AcceptRoster(*state, gen); err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(env.stdout, "roster generation %d may shrink; the agent applies it on its next pass\n", gen)
+		return 0, nil
+	}
+	fs.Usage()
+	return 2, errors.New("want diff A B or accept GEN")
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meshhost/meshhost/migrations"
+	"github.com/meshhost/meshhost/reconcile/podman"
+	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/spec"
+)
+
+func init() {
+	register(command{name: "probe", summary: "prove, network by network, that containers reach the resolver", run: runProbe})
+}
+
+// probeZone and probeOutside are what the standalone probe's own resolver
+// serves: the canary's zone, and an outside name answered by a stub
+// upstream on loopback, so the forwarding path is proven without sending
+// anything off the machine.
+const (
+	probeZone    = "meshhost-probe.invalid"
+	probeOutside = "outside.meshhost-probe.test"
+)
+
+var probeOutsideAddr = netip.MustParseAddr("192.0.2.53")
+
+func runProbe(ctx context.Context, env *environment, args []string) (int, error) {
+	fs := newFlagSet(env, "probe")
+	socket := fs.String("podman", "", "podman API socket URI (default $MESHHOST_PODMAN_SOCKET or $CONTAINER_HOST)")
+	stateDir := fs.String("state", "", "record the results in the migration state in `DIR` (as the agent does); default: only print them")
+	output := fs.String("output", "text", "output format: text or json")
+	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local address (assigned to lo) of the node-local strategy")
+	binary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the whole probe")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `Usage: meshhost probe [flags]
+
+Runs a short-lived probe container on every podman network, configured as a
+resolve-mode container there, with a resolver of its own (canary zone
+`+probeZone+`, forwarding to a stub on loopback), and prints one row per
+network. It binds the strategies' addresses itself, so while the agent holds
+them the rows say so: read the agent's results with meshhost migrate status.
+Exit 0 when every network passed, 3 when one failed.`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2, err
+	}
+	*socket = podmanSocket(env, *socket)
+	if *socket == "" {
+		return 2, errors.New("no podman socket: give --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
+	}
+	nl, err := netip.ParseAddr(*nodeLocal)
+	if err != nil {
+		return 2, fmt.Errorf("--node-local: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	p, err := podman.New(ctx, *socket, nil)
+	if err != nil {
+		return 1, err
+	}
+	bin := *binary
+	if bin == "" {
+		if bin, err = migrations.FindProbeBinary(); err != nil {
+			return 1, err
+		}
+	}
+	image, err := migrations.ProbeImage(ctx, p, bin)
+	if err != nil {
+		return 1, err
+	}
+	stub, err := startStubUpstream(ctx)
+	if err != nil {
+		return 1, err
+	}
+	srv, err := resolver.New(resolver.Config{Upstreams: []netip.AddrPort{stub}})
+	if err != nil {
+		return 1, err
+	}
+	defer srv.Close()
+	if err := srv.Update(&spec.Roster{Generation: 1, Zones: []string{probeZone}}); err != nil {
+		return 1, err
+	}
+	runner, err := migrations.NewRunner(migrations.RunnerConfig{
+		Runtime: probeRuntime{p}, Resolver: srv, Image: image, Zone: probeZone,
+		Outside: probeOutside, OutsideWant: probeOutsideAddr, NodeLocal: nl,
+	})
+	if err != nil {
+		return 1, err
+	}
+	var prefer map[string]migrations.Strategy
+	var gate *migrations.Gate
+	if *stateDir != "" {
+		if gate, err = migrations.OpenGate(migrations.GateConfig{Dir: *stateDir}); err != nil {
+			return 1, err
+		}
+		prefer = gate.Strategies()
+	}
+	nets, err := probeRuntime{p}.Networks(ctx)
+	if err != nil {
+		return 1, err
+	}
+	results := runner.Probe(ctx, nets, prefer)
+	if gate != nil {
+		if _, err := gate.Observe(nets); err != nil {
+			return 1, err
+		}
+		if err := gate.Record(results); err != nil {
+			return 1, err
+		}
+	}
+	code := 0
+	for _, r := range results {
+		if !r.Pass {
+			code = 3
+		}
+	}
+	if *output == "json" {
+		return code, json.NewEncoder(env.stdout).Encode(results)
+	}
+	printProbeTable(env, results)
+	return code, nil
+}
+
+func printProbeTable(env *environment, results []migrations.Result) {
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NETWORK\tDRIVER\tKIND\tSTRATEGY\tRESULT\tLATENCY\tRUNTIME\tREASON")
+	for _, r := range results {
+		res := "fail"
+		if r.Pass {
+			res = "pass"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%s\t%s\n", r.Network, r.Driver, r.Kind, cmp.Or(string(r.Strategy), "-"),
+			res, r.Latency.Round(100*time.Microsecond), r.Runtime, r.Reason)
+	}
+	tw.Flush()
+}
+
+// probeRuntime gives migrations reconcile/podman's Runtime: its networks
+// and version in migrations' terms. The agent wires the same.
+type probeRuntime struct{ *podman.Runtime }
+
+func (p probeRuntime) Networks(ctx context.Context) ([]migrations.Network, error) {
+	nets, err := p.Runtime.Networks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]migrations.Network, 0, len(nets))
+	for _, n := range nets {
+		m := migrations.Network{Name: n.Name, Driver: n.Driver, DNSEnabled: n.DNSEnabled, Internal: n.Internal}
+		for _, s := range n.Subnets {
+			m.Subnets = append(m.Subnets, migrations.Subnet{Prefix: s.Prefix, Gateway: s.Gateway})
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func (p probeRuntime) Version(ctx context.Context) (string, error) {
+	v, err := p.Runtime.Version(ctx)
+	if err != nil {
+		return "", err
+	}
+	return "podman " + v.Version, nil
+}
+
+// startStubUpstream answers A questions for probeOutside with
+// probeOutsideAddr, and NXDOMAIN for anything else, on a loopback UDP port
+// until ctx ends.
+func startStubUpstream(ctx context.Context) (netip.AddrPort, error) {
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("starting the probe's stub upstream: %w", err)
+	}
+	context.AfterFunc(ctx, func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if resp := stubAnswer(buf[:n]); resp != nil {
+				pc.WriteTo(resp, from)
+			}
+		}
+	}()
+	return pc.LocalAddr().(*net.UDPAddr).AddrPort(), nil
+}
+
+func stubAnswer(q []byte) []byte {
+	if len(q) < 12 || binary.BigEndian.Uint16(q[4:]) != 1 {
+		return nil
+	}
+	i, labels := 12, []string{}
+	for i < len(q) && q[i] != 0 {
+		l := int(q[i])
+		if l > 63 || i+1+l > len(q) {
+			return nil
+		}
+		labels = append(labels, string(q[i+1:i+1+l]))
+		i += 1 + l
+	}
+	end := i + 5 // the root label, type and class
+	if end > len(q) {
+		return nil
+	}
+	qtype := binary.BigEndian.Uint16(q[i+1:])
+	resp := append([]byte(nil), q[:end]...)
+	resp[2] = 0x84 | q[2]&0x01 // QR, AA; RD copied
+	resp[3] = 0x80             // RA, NOERROR
+	clear(resp[6:12])
+	if !strings.EqualFold(strings.Join(labels, "."), probeOutside) {
+		resp[3] |= 3 // NXDOMAIN
+		return resp
+	}
+	if qtype == 1 {
+		binary.BigEndian.PutUint16(resp[6:], 1)
+		a := probeOutsideAddr.As4()
+		resp = append(resp, 0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, a[0], a[1], a[2], a[3])
+	}
+	return resp
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"codeberg.org/miekg/dns"
+)
+
+// syncBuffer is a bytes.Buffer safe for the command's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// freePort returns a loopback port free for UDP and TCP right now.
+func freePort(t *testing.T) netip.AddrPort {
+	t.Helper()
+	for range 20 {
+		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+		ln, err := net.Listen("tcp4", a.String())
+		pc.Close()
+		if err == nil {
+			ln.Close()
+			return a
+		}
+	}
+	t.Fatal("no free port")
+	return netip.AddrPort{}
+}
+
+// lookup asks server for name's A records; "" when it does not resolve.
+func lookup(server netip.AddrPort, name string) string {
+	m := dns.NewMsg(name, dns.TypeA)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	r, err := dns.Exchange(ctx, m, "udp", server.String())
+	if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+		return ""
+	}
+	return r.Answer[0].(*dns.A).A.Addr.String()
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// writeAtomic replaces path by a rename, as controllers and editors do.
+func writeAtomic(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestResolverCommand(t *testing.T) {
+	dir := t.TempDir()
+	roster := filepath.Join(dir, "roster.json")
+	writeAtomic(t, roster, `{"generation": 1, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.7"]}}`)
+	addr := freePort(t)
+	stderr := &syncBuffer{}
+	env := &environment{stdout: &syncBuffer{}, stderr: stderr, getenv: func(string) string { return "" }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, env, []string{"resolver", "--roster", roster, "--listen", addr.String(),
+			"--upstream", "127.0.0.1:9", "--state", filepath.Join(dir, "state.json")})
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("meshhost resolver exited %d:\n%s", code, stderr)
+		}
+	}()
+	waitUntil(t, "the roster answers", func() bool { return lookup(addr, "gitea.novox.internal.") == "10.89.0.7" })
+
+	// A change to the file (an atomic rename) reloads it.
+	writeAtomic(t, roster, `{"generation": 2, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.8"]}}`)
+	waitUntil(t, "generation 2 answers", func() bool { return lookup(addr, "gitea.novox.internal.") == "10.89.0.8" })
+
+	// An invalid roster is refused with an error naming the entry; the
+	// previous one keeps serving.
+	writeAtomic(t, roster, `{"generation": 3, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.9"], "bad..name.internal": ["10.0.0.1"]}}`)
+	waitUntil(t, "the refusal is logged", func() bool { return strings.Contains(stderr.String(), `names[\"bad..name.internal\"]`) })
+	if got := lookup(addr, "gitea.novox.internal."); got != "10.89.0.8" {
+		t.Errorf("after an invalid roster, gitea.novox.internal = %q, want the previous 10.89.0.8", got)
+	}
+
+	// SIGHUP reloads too. The file is rewritten through a hard link in
+	// another directory, which the directory watch does not see, so only
+	// the signal can bring generation 4 in.
+	other := t.TempDir()
+	link := filepath.Join(other, "link.json")
+	if err := os.Link(roster, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(link, []byte(`{"generation": 4, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.10"]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := lookup(addr, "gitea.novox.internal."); got != "10.89.0.8" {
+		t.Fatalf("before SIGHUP, gitea.novox.internal = %q; the hard-link write was seen by the watch, so this test proves nothing", got)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "SIGHUP brings generation 4", func() bool { return lookup(addr, "gitea.novox.internal.") == "10.89.0.10" })
+}
+
+func TestResolverCommandUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"resolver"},
+		{"resolver", "--roster", "x.json"},
+		{"resolver", "--roster", "x.json", "--listen", "nonsense"},
+		{"resolver", "--roster", "x.json", "--listen", "127.0.0.1:5353", "--allow", "10.0.0.0/99"},
+	} {
+		stderr := &syncBuffer{}
+		env := &environment{stdout: &syncBuffer{}, stderr: stderr, getenv: func(string) string { return "" }}
+		if code := run(context.Background(), env, args); code != 2 {
+			t.Errorf("meshhost %v exited %d, want 2\n%s", args, code, stderr)
+		}
+	}
+}
+
+func TestResolverCommandBadRoster(t *testing.T) {
+	roster := filepath.Join(t.TempDir(), "roster.json")
+	writeAtomic(t, roster, `{"generation": 1, "zones": ["internal"], "names": {"-x.internal": ["10.0.0.1"]}}`)
+	stderr := &syncBuffer{}
+	env := &environment{stdout: &syncBuffer{}, stderr: stderr, getenv: func(string) string { return "" }}
+	code := run(context.Background(), env, []string{"resolver", "--roster", roster, "--listen", freePort(t).String(), "--upstream", "127.0.0.1:9"})
+	if code != 1 || !strings.Contains(stderr.String(), `names[\"-x.internal\"]`) && !strings.Contains(stderr.String(), `names["-x.internal"]`) {
+		t.Errorf("meshhost resolver with an invalid roster exited %d, want 1 and the entry named:\n%s", code, stderr)
+	}
+}

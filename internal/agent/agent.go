@@ -1,0 +1,429 @@
+// Package agent is meshhost's host agent loop: it takes the machine's
+// declaration, serves its roster through the resolver, lets the migration
+// gate decide each container's name mode, and reconciles the runtime, on
+// every change and periodically.
+//
+// The order inside a pass is the design's: the roster reaches the resolver
+// first (no container touched), the gate proves the resolver reachable
+// before any container stops getting the copy, and only then does the
+// reconciler act, within its budget.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshhost/meshhost/internal/declsource"
+	"github.com/meshhost/meshhost/internal/journal"
+	"github.com/meshhost/meshhost/internal/rosterguard"
+	"github.com/meshhost/meshhost/migrations"
+	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Networks reports the runtime's networks, in migrations' terms.
+type Networks interface {
+	Networks(ctx context.Context) ([]migrations.Network, error)
+}
+
+// Prober proves the resolver reachable from networks; *migrations.Runner.
+type Prober interface {
+	Probe(ctx context.Context, nets []migrations.Network, prefer map[string]migrations.Strategy) []migrations.Result
+	Expose(n migrations.Network, s migrations.Strategy) (spec.DNSConfig, error)
+}
+
+// Config is what an Agent runs with. Runtime, Resolver, Gate, Source and
+// Reconciler are required.
+type Config struct {
+	Runtime    reconcile.Runtime
+	Reconciler *reconcile.Reconciler
+	Resolver   *resolver.Server
+	Gate       *migrations.Gate
+	Source     *declsource.Source
+	// Networks and Prober may be nil (the in-memory runtime): the gate then
+	// never opens, and every container keeps its copy.
+	Networks Networks
+	// NewProber returns the prober for a roster zone; called once a roster
+	// with a zone is in force. Nil: never probe.
+	NewProber func(zone string) (Prober, error)
+	Journal   *journal.Journal
+	// StateDir keeps the last good declaration and the roster override.
+	StateDir string
+	// Interval between periodic passes. Default 30s.
+	Interval time.Duration
+	Guard    rosterguard.Policy
+	// AfterPass, when set, runs after every pass with its report (the agent
+	// command persists the reconciler's budget and adoptions there).
+	AfterPass func(*Report)
+	Logger    *slog.Logger
+	// Registerer receives the agent's metrics. Nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Files in StateDir.
+const (
+	DeclarationFile  = "declaration.json" // the last declaration applied
+	RosterAcceptFile = "roster-accept"    // a roster generation the operator let shrink
+)
+
+// Agent runs passes. Its methods are safe for concurrent use.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	// mu guards the fields below, and serializes passes.
+	mu          sync.Mutex
+	prober      Prober
+	proberZone  string
+	exposed     bool
+	applied     uint64 // declaration generation last recorded in the journal
+	lastPass    time.Time
+	lastErr     error
+	heldRoster  error // why the declared roster is held, or nil
+	lastReport  *Report
+}
+
+// Report is what one pass did.
+type Report struct {
+	Generation       uint64            `json:"generation"`
+	RosterGeneration uint64            `json:"roster_generation"`
+	RosterHeld       string            `json:"roster_held,omitempty"`
+	Modes            map[string]string `json:"modes"`
+	Probed           []string          `json:"probed,omitempty"`
+	Result           *reconcile.Result `json:"-"`
+	Duration         time.Duration     `json:"duration"`
+}
+
+// New returns an Agent.
+func New(cfg Config) (*Agent, error) {
+	switch {
+	case cfg.Runtime == nil, cfg.Reconciler == nil, cfg.Resolver == nil, cfg.Gate == nil, cfg.Source == nil:
+		return nil, errors.New("agent: Runtime, Reconciler, Resolver, Gate and Source are required")
+	case cfg.StateDir == "":
+		return nil, errors.New("agent: StateDir is required")
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m}, nil
+}
+
+// LoadDeclaration returns the declaration saved by the last run, or nil.
+func LoadDeclaration(stateDir string) (*spec.Declaration, error) {
+	data, err := os.ReadFile(filepath.Join(stateDir, DeclarationFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the saved declaration: %w", err)
+	}
+	d, err := spec.ParseDeclaration(data)
+	if err != nil {
+		return nil, fmt.Errorf("the saved declaration %s: %w", filepath.Join(stateDir, DeclarationFile), err)
+	}
+	return d, nil
+}
+
+// Run passes on every declaration change and every Interval until ctx
+// ends. It never stops a container on its way out.
+func (a *Agent) Run(ctx context.Context) error {
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	for {
+		if _, err := a.Pass(ctx); err != nil && ctx.Err() == nil {
+			a.log.Error("pass failed; the next one retries", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.cfg.Source.Changed():
+		case <-tick.C:
+		}
+	}
+}
+
+// Pass runs one pass now.
+func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	start := time.Now()
+	defer func() {
+		a.lastPass, a.lastErr = time.Now(), err
+		a.metrics.pass(err, time.Since(start))
+		if rep != nil {
+			rep.Duration = time.Since(start)
+			a.lastReport = rep
+			if a.cfg.AfterPass != nil {
+				a.cfg.AfterPass(rep)
+			}
+		}
+	}()
+	decl, origin := a.cfg.Source.Current()
+	if decl == nil {
+		return nil, nil // nothing declared yet: serve the saved roster, touch nothing
+	}
+	rep = &Report{Generation: decl.Generation, Modes: map[string]string{}}
+
+	// 1. The roster reaches the resolver first; no container is touched.
+	roster, err := a.rosterInForce(decl.Roster)
+	if err != nil {
+		return rep, err
+	}
+	rep.RosterGeneration = roster.Generation
+	if a.heldRoster != nil {
+		rep.RosterHeld = a.heldRoster.Error()
+	}
+
+	// 2. The gate: networks, probes, modes.
+	if err := a.cfg.Gate.SetFlag(decl.MeshNames); err != nil {
+		return rep, fmt.Errorf("setting the migration flag: %w", err)
+	}
+	if err := a.gate(ctx, roster, rep); err != nil {
+		return rep, err
+	}
+	observed, err := a.cfg.Runtime.List(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("listing containers: %w", err)
+	}
+	modes := a.cfg.Gate.Modes(decl.Containers, observed)
+
+	// 3. Render and reconcile.
+	desired := make([]spec.Rendered, 0, len(decl.Containers))
+	for _, c := range decl.Containers {
+		m := modes[c.Name]
+		r, err := spec.Render(c, roster, m)
+		if err != nil {
+			return rep, fmt.Errorf("rendering %q: %w", c.Name, err)
+		}
+		rep.Modes[c.Name] = string(m.Names)
+		desired = append(desired, r)
+	}
+	res, err := a.cfg.Reconciler.Reconcile(ctx, desired)
+	rep.Result = res
+	if err != nil {
+		return rep, fmt.Errorf("reconciling: %w", err)
+	}
+
+	// 4. Remember what was applied.
+	if decl.Generation != a.applied {
+		if err := a.saveDeclaration(decl); err != nil {
+			return rep, err
+		}
+		if a.cfg.Journal != nil {
+			if _, err := a.cfg.Journal.RecordDeclaration(decl, time.Now()); err != nil && !strings.Contains(err.Error(), "older") {
+				a.log.Warn("recording the declaration in the journal", "err", err)
+			}
+		}
+		a.applied = decl.Generation
+		a.log.Info("declaration applied", "generation", decl.Generation, "origin", origin)
+	}
+	a.metrics.declaration.Set(float64(decl.Generation))
+	return rep, res.Err()
+}
+
+// rosterInForce updates the resolver with the declared roster unless the
+// guard holds it, and returns the roster containers are rendered with.
+func (a *Agent) rosterInForce(declared *spec.Roster) (*spec.Roster, error) {
+	current := a.cfg.Resolver.Roster()
+	a.heldRoster = nil
+	a.metrics.rosterHeld.Set(0)
+	if current != nil && declared.Generation < current.Generation {
+		// Generations never go backwards: keep serving the newer one.
+		a.log.Warn("declared roster is older than the one served; keeping the newer", "declared", declared.Generation, "served", current.Generation)
+		return current, nil
+	}
+	if current != nil && declared.Generation == current.Generation {
+		return current, nil
+	}
+	if err := rosterguard.Check(current, declared, a.cfg.Guard); err != nil {
+		if a.accepted() != declared.Generation {
+			a.heldRoster = err
+			a.metrics.rosterHeld.Set(1)
+			a.log.Error("roster held", "err", err)
+			return current, nil
+		}
+		a.log.Warn("roster shrink accepted by the operator", "generation", declared.Generation)
+	}
+	if err := a.cfg.Resolver.Update(declared); err != nil {
+		return nil, fmt.Errorf("updating the resolver to roster generation %d: %w", declared.Generation, err)
+	}
+	a.log.Info("roster in force", "generation", declared.Generation, "names", len(declared.Names))
+	return a.cfg.Resolver.Roster(), nil
+}
+
+func (a *Agent) accepted() uint64 {
+	data, err := os.ReadFile(filepath.Join(a.cfg.StateDir, RosterAcceptFile))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	return n
+}
+
+// AcceptRoster lets roster generation gen shrink past the guard.
+func AcceptRoster(stateDir string, gen uint64) error {
+	return writeAtomic(filepath.Join(stateDir, RosterAcceptFile), []byte(strconv.FormatUint(gen, 10)+"\n"))
+}
+
+func (a *Agent) gate(ctx context.Context, roster *spec.Roster, rep *Report) error {
+	if a.cfg.Networks == nil {
+		return nil
+	}
+	nets, err := a.cfg.Networks.Networks(ctx)
+	if err != nil {
+		return fmt.Errorf("listing networks: %w", err)
+	}
+	if _, err := a.cfg.Gate.Observe(nets); err != nil {
+		return fmt.Errorf("observing networks: %w", err)
+	}
+	if err := a.ensureProber(roster); err != nil {
+		a.log.Warn("cannot probe; every container keeps its copy", "err", err)
+		return nil
+	}
+	if a.prober == nil {
+		return nil
+	}
+	byName := map[string]migrations.Network{}
+	for _, n := range nets {
+		byName[n.Name] = n
+	}
+	prefer := a.cfg.Gate.Strategies()
+	if !a.exposed {
+		// Containers already switched must reach the resolver before
+		// anything else happens: expose every proven strategy at once.
+		for name, s := range prefer {
+			if n, ok := byName[name]; ok {
+				if _, err := a.prober.Expose(n, s); err != nil {
+					a.log.Error("exposing the resolver on a proven network", "network", name, "strategy", s, "err", err)
+				}
+			}
+		}
+		a.exposed = true
+	}
+	var need []migrations.Network
+	for _, name := range a.cfg.Gate.NeedsProbe() {
+		if n, ok := byName[name]; ok {
+			need = append(need, n)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	results := a.prober.Probe(ctx, need, prefer)
+	for _, r := range results {
+		rep.Probed = append(rep.Probed, r.Network)
+		level := slog.LevelInfo
+		if !r.Pass {
+			level = slog.LevelWarn
+		}
+		a.log.Log(ctx, level, "probe", "network", r.Network, "pass", r.Pass, "strategy", r.Strategy, "reason", r.Reason, "latency", r.Latency)
+	}
+	if err := a.cfg.Gate.Record(results); err != nil {
+		return fmt.Errorf("recording probe results: %w", err)
+	}
+	return nil
+}
+
+func (a *Agent) ensureProber(roster *spec.Roster) error {
+	if a.cfg.NewProber == nil || a.prober != nil {
+		return nil
+	}
+	if len(roster.Zones) == 0 {
+		return errors.New("the roster has no zone to ask the canary under")
+	}
+	p, err := a.cfg.NewProber(roster.Zones[0])
+	if err != nil {
+		return err
+	}
+	a.prober, a.proberZone = p, roster.Zones[0]
+	return nil
+}
+
+func (a *Agent) saveDeclaration(d *spec.Declaration) error {
+	data, err := d.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(a.cfg.StateDir, DeclarationFile), data); err != nil {
+		return fmt.Errorf("saving the applied declaration: %w", err)
+	}
+	return nil
+}
+
+// Health reports why the agent is not healthy, or nil: the resolver must be
+// serving a roster, and the last pass must have succeeded recently.
+func (a *Agent) Health() error {
+	if !a.cfg.Resolver.Serving() {
+		return errors.New("the resolver has no roster yet")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lastErr != nil {
+		return fmt.Errorf("last pass failed: %w", a.lastErr)
+	}
+	if !a.lastPass.IsZero() && time.Since(a.lastPass) > 3*a.cfg.Interval+time.Minute {
+		return fmt.Errorf("no pass since %s", a.lastPass.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// LastReport returns what the last pass did.
+func (a *Agent) LastReport() *Report {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastReport
+}
+
+// writeAtomic writes a file so that a reader sees the old content or the new,
+// never a part: temp file, fsync, rename, fsync of the directory.
+func writeAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

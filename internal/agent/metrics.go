@@ -1,0 +1,49 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	passes      *prometheus.CounterVec
+	duration    prometheus.Histogram
+	declaration prometheus.Gauge
+	rosterHeld  prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshhost_agent_passes_total", Help: "Agent passes, by result (ok or error).",
+		}, []string{"result"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "meshhost_agent_pass_duration_seconds", Help: "Duration of an agent pass: roster, gate, reconcile.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
+		declaration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_agent_declaration_generation", Help: "Generation of the declaration last applied.",
+		}),
+		rosterHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_agent_roster_held", Help: "1 while a declared roster is held for dropping too many names at once.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) pass(err error, d time.Duration) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.passes.WithLabelValues(result).Inc()
+	m.duration.Observe(d.Seconds())
+}

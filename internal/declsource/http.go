@@ -1,0 +1,125 @@
+package declsource
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/meshhost/meshhost/spec"
+)
+
+// MaxDeclarationBytes bounds a pushed document.
+const MaxDeclarationBytes = 64 << 20
+
+// Listen opens the push endpoint's listener: "unix:/path/to.sock" or a
+// loopback "ip:port". Anything reachable from another machine is refused:
+// the endpoint has no authentication of its own, so only the machine may
+// reach it.
+func Listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		path = strings.TrimPrefix(path, "//")
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("push endpoint: removing stale socket %s: %w", path, err)
+		}
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("push endpoint: %w", err)
+		}
+		if err := os.Chmod(path, 0o600); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("push endpoint: %w", err)
+		}
+		return l, nil
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("push endpoint %q: want unix:/path or a loopback ip:port: %w", addr, err)
+	}
+	if !ap.Addr().IsLoopback() {
+		return nil, fmt.Errorf("push endpoint %q: only a unix socket or a loopback address is allowed", addr)
+	}
+	l, err := net.Listen("tcp", ap.String())
+	if err != nil {
+		return nil, fmt.Errorf("push endpoint: %w", err)
+	}
+	return l, nil
+}
+
+// fault is one entry of a refusal's JSON body.
+type fault struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// Handler serves PUT (or POST) /v1/declaration: 200 with the generation in
+// force when accepted, 400 with every fault named when refused, 409 when the
+// generation is older than the one in force. GET returns the declaration in
+// force.
+func (s *Source) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/declaration", func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet:
+			d, _ := s.Current()
+			if d == nil {
+				writeJSON(w, http.StatusNotFound, map[string]string{"error": "no declaration yet"})
+				return
+			}
+			writeJSON(w, http.StatusOK, d)
+		case http.MethodPut, http.MethodPost:
+			data, err := io.ReadAll(io.LimitReader(r.Body, MaxDeclarationBytes+1))
+			if err != nil {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+				return
+			}
+			if len(data) > MaxDeclarationBytes {
+				writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("declaration over %d bytes", MaxDeclarationBytes)})
+				return
+			}
+			d, err := s.Offer(data, "push")
+			if err != nil {
+				status := http.StatusBadRequest
+				if errors.Is(err, ErrStale) {
+					status = http.StatusConflict
+				}
+				s.logger.Warn("pushed declaration refused; the previous one stays in force", "err", err)
+				writeJSON(w, status, map[string]any{"error": "declaration refused", "faults": faults(err)})
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"machine": d.Machine, "generation": d.Generation})
+		default:
+			w.Header().Set("Allow", "GET, PUT, POST")
+			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use PUT or GET"})
+		}
+	})
+	return mux
+}
+
+func faults(err error) []fault {
+	var out []fault
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var fe *spec.FieldError
+		if errors.As(e, &fe) {
+			out = append(out, fault{fe.Path, fe.Reason})
+		} else {
+			out = append(out, fault{"", e.Error()})
+		}
+	}
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,173 @@
+// Package declsource receives the machine's declaration: from a file or a
+// directory watched for changes, and from an HTTP endpoint the controller
+// pushes to, on a unix socket or a loopback address only. Every document is
+// parsed strictly by spec.ParseDeclaration; a faulty one is refused whole and
+// the previous declaration stays in force.
+package declsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/meshhost/meshhost/spec"
+)
+
+// ErrStale is returned for a declaration whose generation is not newer than
+// the one in force.
+var ErrStale = errors.New("declaration generation is not newer than the one in force")
+
+// Source holds the newest valid declaration and tells a listener when it
+// changes.
+type Source struct {
+	logger  *slog.Logger
+	changed chan struct{}
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	current *spec.Declaration
+	origin  string // where current came from: a path, or "push"
+}
+
+// New returns a Source. initial, if not nil, is in force until a newer one
+// arrives (the agent passes the declaration it saved last time).
+func New(logger *slog.Logger, initial *spec.Declaration) *Source {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Source{logger: logger.With("component", "declsource"), changed: make(chan struct{}, 1), current: initial}
+}
+
+// Current returns the declaration in force (nil before the first) and where
+// it came from.
+func (s *Source) Current() (*spec.Declaration, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current, s.origin
+}
+
+// Changed is signalled (coalesced) whenever a new declaration is in force.
+func (s *Source) Changed() <-chan struct{} { return s.changed }
+
+// Offer parses data and puts it in force if it is valid and newer. The error
+// names every fault; on error nothing changes.
+func (s *Source) Offer(data []byte, origin string) (*spec.Declaration, error) {
+	d, err := spec.ParseDeclaration(data)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if cur := s.current; cur != nil {
+		if d.Machine != cur.Machine {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("declaration is for machine %q, this machine is %q", d.Machine, cur.Machine)
+		}
+		if d.Generation <= cur.Generation {
+			s.mu.Unlock()
+			if d.Generation == cur.Generation {
+				return cur, nil // the same push twice is not a fault
+			}
+			return nil, fmt.Errorf("generation %d, in force %d: %w", d.Generation, cur.Generation, ErrStale)
+		}
+	}
+	s.current, s.origin = d, origin
+	s.mu.Unlock()
+	s.logger.Info("declaration accepted", "origin", origin, "machine", d.Machine, "generation", d.Generation,
+		"roster_generation", d.Roster.Generation, "containers", len(d.Containers), "mesh_names", d.MeshNames)
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+	return d, nil
+}
+
+// WatchPath reads the declaration at path, a file or a directory, and again
+// whenever it changes, until ctx ends. In a directory the last *.json file by
+// name is the declaration (so a controller can write gen-000042.json). A
+// faulty or stale file is logged and ignored; the previous declaration stays.
+func (s *Source) WatchPath(ctx context.Context, path string) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", path, err)
+	}
+	defer w.Close()
+	info, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("declaration path: %w", err)
+	}
+	dir := path
+	if !info.IsDir() {
+		dir = filepath.Dir(path) // watch the directory: editors and controllers replace files by rename
+	}
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("watching %s: %w", dir, err)
+	}
+	s.readPath(path, info.IsDir())
+	// Writes come in bursts; read once things settle.
+	var settle <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if info.IsDir() || filepath.Clean(ev.Name) == filepath.Clean(path) {
+				settle = time.After(100 * time.Millisecond)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			s.logger.Warn("watching declaration path", "path", path, "err", err)
+		case <-settle:
+			s.readPath(path, info.IsDir())
+		}
+	}
+}
+
+func (s *Source) readPath(path string, isDir bool) {
+	file := path
+	if isDir {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			s.logger.Error("reading declaration directory", "path", path, "err", err)
+			return
+		}
+		var names []string
+		for _, e := range entries {
+			if !e.IsDir() && strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".") {
+				names = append(names, e.Name())
+			}
+		}
+		if len(names) == 0 {
+			return
+		}
+		slices.Sort(names)
+		file = filepath.Join(path, names[len(names)-1])
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			s.logger.Error("reading declaration", "path", file, "err", err)
+		}
+		return
+	}
+	if _, err := s.Offer(data, file); err != nil {
+		level := slog.LevelError
+		if errors.Is(err, ErrStale) {
+			level = slog.LevelWarn
+		}
+		s.logger.Log(context.Background(), level, "declaration refused; the previous one stays in force", "path", file, "err", err)
+	}
+}

@@ -1,0 +1,256 @@
+// Package podmantest runs tests against a real podman service: it finds the
+// service, names what a test makes so that nothing collides, and removes it
+// all when the test ends.
+//
+// The tests find the service through one environment variable,
+// MESHHOST_PODMAN_SOCKET (e.g. unix:///repo/.run/podman.sock), which
+// `eval "$(scripts/podman-up)"` and `make test` set. Without it the podman
+// tests skip, except under CI=true, where they fail.
+//
+// It drives podman through its command line (podman --url SOCKET ...), not
+// the Go bindings, so that reconcile/podman stays the only package importing
+// them.
+package podmantest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// EnvSocket names the environment variable that points the tests at the
+// podman service.
+const EnvSocket = "MESHHOST_PODMAN_SOCKET"
+
+// Image is the test image scripts/podman-up imports: busybox with sh, sleep,
+// cat, nslookup, ls, echo, true, false, kill, ping, wget and hostname.
+const Image = "localhost/meshhost-busybox:latest"
+
+// Label marks everything a test makes, with the test's unique prefix as its
+// value. It sits under meshhost's own label prefix, so it never enters a
+// digest.
+const Label = "io.meshhost.test"
+
+// Socket returns the podman service socket URI the tests use. Without
+// MESHHOST_PODMAN_SOCKET it skips the test, or fails it when CI=true.
+func Socket(t testing.TB) string {
+	t.Helper()
+	if s := os.Getenv(EnvSocket); s != "" {
+		return s
+	}
+	msg := EnvSocket + ` is not set, so the tests against real podman cannot run; ` +
+		`run them with: eval "$(scripts/podman-up)" (as root on Debian it installs podman and starts its service), or make test`
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// Harness is one test's view of podman: a unique prefix for the names it
+// makes and a cleanup that removes them.
+type Harness struct {
+	t      testing.TB
+	socket string
+	prefix string
+
+	// mu guards images.
+	mu     sync.Mutex
+	images []string
+}
+
+// New returns a Harness for t (skipping t when there is no podman service, see
+// Socket), and registers a cleanup that removes every container, network,
+// volume and image the test made: containers labelled Label=Prefix() or
+// named Prefix()..., networks and volumes named Prefix()..., and images made
+// with Import.
+func New(t testing.TB) *Harness {
+	t.Helper()
+	h := &Harness{t: t, socket: Socket(t), prefix: prefix(t.Name())}
+	if _, err := h.Podman("version", "--format", "{{.Server.Version}}"); err != nil {
+		t.Fatalf("the podman service at %s (%s) does not answer: %v", h.socket, EnvSocket, err)
+	}
+	h.cleanup() // leftovers of a crashed run with the same prefix cannot exist, but be sure
+	t.Cleanup(h.cleanup)
+	return h
+}
+
+var nonName = regexp.MustCompile(`[^a-z0-9]+`)
+
+// prefix is "mht-<test name, shortened>-<random>-": unique per test run, a
+// valid container, network and volume name start, and readable in `podman ps`.
+func prefix(test string) string {
+	name := strings.Trim(nonName.ReplaceAllString(strings.ToLower(test), "-"), "-")
+	if len(name) > 24 {
+		name = name[len(name)-24:]
+		name = strings.TrimLeft(name, "-")
+	}
+	var b [3]byte
+	rand.Read(b[:])
+	return "mht-" + name + "-" + hex.EncodeToString(b[:]) + "-"
+}
+
+// Socket returns the podman service socket URI.
+func (h *Harness) Socket() string { return h.socket }
+
+// Prefix returns the test's unique name prefix, e.g. "mht-testcreate-3fa9c1-".
+func (h *Harness) Prefix() string { return h.prefix }
+
+// Name returns the test's prefix followed by s: a name no other test uses.
+func (h *Harness) Name(s string) string { return h.prefix + s }
+
+// Labels returns the label that marks a container as this test's, to add to
+// what a test creates.
+func (h *Harness) Labels() map[string]string { return map[string]string{Label: h.prefix} }
+
+// Podman runs the podman command line against the service and returns its
+// standard output, trimmed. The error carries standard error.
+func (h *Harness) Podman(args ...string) (string, error) {
+	return h.PodmanContext(context.Background(), args...)
+}
+
+// PodmanContext is Podman with a context; it never takes more than two
+// minutes.
+func (h *Harness) PodmanContext(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "podman", append([]string{"--url", h.socket}, args...)...)
+	cmd.Env = os.Environ() // CONTAINERS_CONF, when scripts/podman-up's export is set, applies
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return strings.TrimSpace(stdout.String()), fmt.Errorf("podman %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(stdout.String()), nil
+}
+
+// MustPodman is Podman, failing the test on an error.
+func (h *Harness) MustPodman(args ...string) string {
+	h.t.Helper()
+	out, err := h.Podman(args...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+// Exec runs argv in a running container and returns its standard output
+// (untrimmed: tests compare files byte for byte), failing the test on an
+// error.
+func (h *Harness) Exec(container string, argv ...string) string {
+	h.t.Helper()
+	cmd := exec.Command("podman", append([]string{"--url", h.socket, "exec", container}, argv...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		h.t.Fatalf("podman exec %s %s: %v: %s", container, strings.Join(argv, " "), err, stderr.String())
+	}
+	return stdout.String()
+}
+
+// Network creates a bridge network named Name(name), passing options to
+// `podman network create` (e.g. "--ipv6", "--subnet", "10.99.1.0/24",
+// "--disable-dns"), and returns its name. Without --subnet podman picks free
+// subnets, so tests running at once never collide. Cleanup removes it.
+func (h *Harness) Network(name string, options ...string) string {
+	h.t.Helper()
+	name = h.Name(name)
+	args := append([]string{"network", "create", "--label", Label + "=" + h.prefix}, options...)
+	h.MustPodman(append(args, name)...)
+	return name
+}
+
+// Import makes an image named ref from a tar of a root file system and
+// returns its name; cleanup removes it.
+func (h *Harness) Import(tarPath, ref string, changes ...string) string {
+	h.t.Helper()
+	args := []string{"import", "-q"}
+	for _, c := range changes {
+		args = append(args, "--change", c)
+	}
+	h.MustPodman(append(args, tarPath, ref)...)
+	h.mu.Lock()
+	h.images = append(h.images, ref)
+	h.mu.Unlock()
+	return ref
+}
+
+// Containers returns the IDs of the test's containers: labelled with its
+// prefix or named with it.
+func (h *Harness) Containers() ([]string, error) {
+	byLabel, err := h.Podman("ps", "-a", "-q", "--no-trunc", "--filter", "label="+Label+"="+h.prefix)
+	if err != nil {
+		return nil, err
+	}
+	byName, err := h.Podman("ps", "-a", "-q", "--no-trunc", "--filter", "name=^"+regexp.QuoteMeta(h.prefix))
+	if err != nil {
+		return nil, err
+	}
+	ids := append(strings.Fields(byLabel), strings.Fields(byName)...)
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
+}
+
+// cleanup removes everything the test made. It reports what it could not
+// remove as a test error, since a leftover breaks the next run's counts.
+func (h *Harness) cleanup() {
+	h.t.Helper()
+	ids, err := h.Containers()
+	if err != nil {
+		h.t.Errorf("cleanup: listing containers: %v", err)
+	}
+	if len(ids) > 0 {
+		if _, err := h.Podman(append([]string{"rm", "-f", "-t", "0"}, ids...)...); err != nil {
+			h.t.Errorf("cleanup: %v", err)
+		}
+	}
+	nets, err := h.Podman("network", "ls", "--format", "{{.Name}}")
+	if err != nil {
+		h.t.Errorf("cleanup: listing networks: %v", err)
+	}
+	if names := h.mine(nets); len(names) > 0 {
+		if _, err := h.Podman(append([]string{"network", "rm", "-f"}, names...)...); err != nil {
+			h.t.Errorf("cleanup: %v", err)
+		}
+	}
+	vols, err := h.Podman("volume", "ls", "-q")
+	if err != nil {
+		h.t.Errorf("cleanup: listing volumes: %v", err)
+	}
+	mine := h.mine(vols)
+	if len(mine) > 0 {
+		if _, err := h.Podman(append([]string{"volume", "rm", "-f"}, mine...)...); err != nil {
+			h.t.Errorf("cleanup: %v", err)
+		}
+	}
+	h.mu.Lock()
+	images := h.images
+	h.images = nil
+	h.mu.Unlock()
+	if len(images) > 0 {
+		if _, err := h.Podman(append([]string{"rmi", "-f"}, images...)...); err != nil {
+			h.t.Errorf("cleanup: %v", err)
+		}
+	}
+}
+
+// mine returns the names in a list (one a line) that start with the prefix.
+func (h *Harness) mine(list string) []string {
+	var out []string
+	for _, n := range strings.Fields(list) {
+		if strings.HasPrefix(n, h.prefix) {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -1,0 +1,47 @@
+package podmantest
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestPrefixIsAValidName(t *testing.T) {
+	valid := regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,200}$`)
+	for _, name := range []string{"TestX", "TestCreate/copy_mode#01", strings.Repeat("TestVeryLong/", 10), "Test___"} {
+		p := prefix(name)
+		if !valid.MatchString(p+"x") || !strings.HasPrefix(p, "mht-") || len(p) > 40 {
+			t.Errorf("prefix(%q) = %q, want a short valid container name start", name, p)
+		}
+		if prefix(name) == p {
+			t.Errorf("prefix(%q) twice = %q both times, want unique", name, p)
+		}
+	}
+}
+
+func TestCleanupRemovesWhatATestMade(t *testing.T) {
+	Socket(t)
+	var h *Harness
+	t.Run("make", func(t *testing.T) {
+		h = New(t)
+		h.MustPodman("create", "--name", h.Name("c1"), Image, "true")
+		h.MustPodman("create", "--label", Label+"="+h.Prefix(), Image, "true") // unnamed, labelled
+		h.MustPodman("volume", "create", h.Name("vol"))
+		h.Network("net", "--ipv6")
+		if ids, err := h.Containers(); err != nil || len(ids) != 2 {
+			t.Fatalf("Containers() = %v, %v; want 2", ids, err)
+		}
+	})
+	if ids, err := h.Containers(); err != nil || len(ids) != 0 {
+		t.Errorf("after the test, its containers = %v, %v; want none", ids, err)
+	}
+	for _, kind := range []string{"volume", "network"} {
+		out, err := h.Podman(kind, "ls", "--format", "{{.Name}}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := h.mine(out); len(left) > 0 {
+			t.Errorf("after the test, its %ss = %v; want none", kind, left)
+		}
+	}
+}

@@ -1,0 +1,498 @@
+package migrations
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/meshhost/meshhost/digest"
+	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// GateConfig is what a Gate needs. Dir is required.
+type GateConfig struct {
+	// Dir holds the state file (StateFile) and its lock.
+	Dir        string
+	Logger     *slog.Logger
+	Registerer prometheusRegisterer
+	// Now is the gate's clock. Nil: time.Now.
+	Now func() time.Time
+	// Interval is how often every network is probed again. Default 10m.
+	Interval time.Duration
+	// Retry is how soon a network whose last probe failed is probed again.
+	// Default 30s.
+	Retry time.Duration
+	// RollbackAfter is how many probes in a row must fail before a network
+	// in resolve mode goes back to copy mode (its containers then get
+	// their copy back through the reconciler's budgeted replacement).
+	// Until then the network is failing: reported loudly, and containers
+	// created on it get copy mode. Default 2.
+	RollbackAfter int
+}
+
+// Gate decides each container's name mode from the machine's flag and what
+// the probes proved. It fails closed: a container is in resolve mode only
+// when every one of its networks is, and a network is only after a probe on
+// it passed. Its state lives in a file, which is the truth: another process
+// (`meshhost migrate pause`) may change it, and the gate reads it again
+// when it changed. Methods are safe for concurrent use.
+type Gate struct {
+	cfg     GateConfig
+	log     *slog.Logger
+	metrics *metrics
+
+	// mu guards the fields below.
+	mu    sync.Mutex
+	state *State
+	stamp fileStamp // of the state file when state was read or written
+}
+
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+// OpenGate reads the gate's state from cfg.Dir (a fresh state when there is
+// none yet).
+func OpenGate(cfg GateConfig) (*Gate, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("migrations: GateConfig.Dir is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Interval = cmp.Or(cfg.Interval, 10*time.Minute)
+	cfg.Retry = cmp.Or(cfg.Retry, 30*time.Second)
+	cfg.RollbackAfter = cmp.Or(max(cfg.RollbackAfter, 0), 2)
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("registering migration metrics: %w", err)
+	}
+	g := &Gate{cfg: cfg, log: cfg.Logger.With("component", "migrations"), metrics: m}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.refreshLocked(true); err != nil {
+		return nil, err
+	}
+	g.metrics.set(g.state)
+	return g, nil
+}
+
+func (g *Gate) path() string { return filepath.Join(g.cfg.Dir, StateFile) }
+
+func stampOf(path string) fileStamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}
+	}
+	return fileStamp{fi.ModTime(), fi.Size()}
+}
+
+// refreshLocked reads the state file again if it changed since the gate
+// last read or wrote it.
+func (g *Gate) refreshLocked(force bool) error {
+	st := stampOf(g.path())
+	if !force && g.state != nil && st == g.stamp {
+		return nil
+	}
+	s, err := LoadState(g.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	g.state, g.stamp = s, st
+	return nil
+}
+
+// view returns the current state (read again if another process changed
+// it); the caller must not modify it and must hold g.mu.
+func (g *Gate) view() *State {
+	if err := g.refreshLocked(false); err != nil {
+		g.log.Error("reading migration state; using the last one read", "err", err)
+	}
+	return g.state
+}
+
+// update applies fn to the state under the state file's lock, evaluates
+// the switch and saves the result.
+func (g *Gate) update(fn func(s *State) error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	unlock, err := lockDir(g.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s, err := LoadState(g.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	if err := fn(s); err != nil {
+		return err
+	}
+	g.evaluate(s)
+	if err := s.save(g.cfg.Dir); err != nil {
+		return err
+	}
+	g.state, g.stamp = s, stampOf(g.path())
+	g.metrics.set(s)
+	return nil
+}
+
+// State returns a copy of the gate's state.
+func (g *Gate) State() *State {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.view().clone()
+}
+
+// SetFlag records the machine's flag from its declaration. Turning it off
+// is the rollback: every network goes back to copy mode at once (the
+// reconciler then replaces each container once, within its budget).
+func (g *Gate) SetFlag(flag spec.MeshNamesFlag) error {
+	switch flag {
+	case spec.FlagOff, spec.FlagAuto, spec.FlagOn:
+	default:
+		return fmt.Errorf("migrations: %q is not a flag; want %q, %q or %q", flag, spec.FlagOff, spec.FlagAuto, spec.FlagOn)
+	}
+	g.mu.Lock()
+	same := g.view().Flag == flag
+	g.mu.Unlock()
+	if same {
+		return nil
+	}
+	return g.update(func(s *State) error {
+		if s.Flag != flag {
+			g.log.Info("mesh names flag changed", "from", s.Flag, "to", flag)
+		}
+		s.Flag = flag
+		return nil
+	})
+}
+
+// Observe records the networks the runtime reports now. It returns whether
+// the set changed; the new networks then need a probe (NeedsProbe).
+func (g *Gate) Observe(nets []Network) (changed bool, err error) {
+	err = g.update(func(s *State) error {
+		now := map[string]Network{}
+		for _, n := range nets {
+			now[n.Name] = n
+		}
+		for name, ns := range s.Networks {
+			if _, ok := now[name]; !ok && ns.Present {
+				ns.Present, changed = false, true
+			}
+		}
+		for _, n := range nets {
+			ns := s.Networks[n.Name]
+			if ns == nil {
+				ns = &NetworkState{}
+				s.Networks[n.Name] = ns
+			}
+			if !ns.Present || ns.Kind != KindOf(n) {
+				changed = true
+			}
+			if ns.Kind != "" && ns.Kind != KindOf(n) {
+				// Recreated under the same name with other settings: what
+				// was proven is void.
+				g.log.Warn("network changed kind; probing it again", "network", n.Name, "from", ns.Kind, "to", KindOf(n))
+				*ns = NetworkState{}
+			}
+			ns.Kind, ns.Present = KindOf(n), true
+		}
+		return nil
+	})
+	return changed, err
+}
+
+// NeedsProbe returns the present networks to probe now, sorted: never
+// probed, last probed Interval ago, or failing and last probed Retry ago.
+func (g *Gate) NeedsProbe() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.view()
+	now := g.cfg.Now()
+	var out []string
+	for name, ns := range s.Networks {
+		switch {
+		case !ns.Present:
+		case ns.Last == nil,
+			now.Sub(ns.Last.At) >= g.cfg.Interval,
+			!ns.Last.Pass && now.Sub(ns.Last.At) >= g.cfg.Retry:
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Record records probe results and switches networks as the flag allows.
+// A network in resolve mode whose probe fails is logged as an error and
+// counted in meshhost_migrations_network_failing.
+func (g *Gate) Record(results []Result) error {
+	return g.update(func(s *State) error {
+		for _, r := range results {
+			ns := s.Networks[r.Network]
+			if ns == nil {
+				ns = &NetworkState{Kind: r.Kind, Present: true}
+				s.Networks[r.Network] = ns
+			}
+			g.metrics.probe(r.Pass)
+			last := r
+			ns.Last = &last
+			if !r.Pass {
+				ns.Failures++
+				if ns.Resolve {
+					g.log.Error("network in resolve mode is failing its probe: containers created on it get copy mode",
+						"network", r.Network, "strategy", r.Strategy, "reason", r.Reason, "failures", ns.Failures,
+						"rollback_after", g.cfg.RollbackAfter)
+				}
+				continue
+			}
+			ns.Failures = 0
+			p := &Proof{Strategy: r.Strategy, DNS: r.DNS, At: r.At}
+			if ns.Proven != nil && ns.Resolve && !sameDNS(ns.Proven.DNS, p.DNS) {
+				g.log.Warn("network's proven configuration changed; its resolve-mode containers will be replaced",
+					"network", r.Network, "from", ns.Proven.Strategy, "to", p.Strategy)
+			}
+			if ns.Proven == nil || ns.Proven.Strategy != p.Strategy || !sameDNS(ns.Proven.DNS, p.DNS) {
+				ns.Proven = p
+			} else {
+				ns.Proven.At = p.At
+			}
+		}
+		return nil
+	})
+}
+
+// evaluate switches networks as the flag and the probes allow.
+func (g *Gate) evaluate(s *State) {
+	now := g.cfg.Now()
+	passing := func(ns *NetworkState) bool { return ns.Last != nil && ns.Last.Pass && ns.Proven != nil }
+	if s.Flag == spec.FlagAuto && s.AutoSwitchedAt.IsZero() {
+		present, all := 0, true
+		for _, ns := range s.Networks {
+			if ns.Present {
+				present++
+				all = all && passing(ns)
+			}
+		}
+		if present > 0 && all {
+			s.AutoSwitchedAt = now
+			g.log.Info("every network passed its probe: switching the machine to resolve mode", "networks", present)
+		}
+	}
+	if s.Flag != spec.FlagAuto {
+		s.AutoSwitchedAt = time.Time{}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Networks)) {
+		ns := s.Networks[name]
+		want := ns.Resolve
+		switch {
+		case s.Flag == spec.FlagOff:
+			want = false
+		case ns.Resolve && ns.Failures >= g.cfg.RollbackAfter:
+			want = false
+			g.log.Error("network failed its probe repeatedly: returning its containers to copy mode",
+				"network", name, "failures", ns.Failures)
+		case s.Flag == spec.FlagOn, s.Flag == spec.FlagAuto && !s.AutoSwitchedAt.IsZero():
+			want = want || passing(ns)
+		}
+		if want != ns.Resolve {
+			ns.Resolve = want
+			ns.ResolveSince = time.Time{}
+			mode := spec.Copy
+			if want {
+				ns.ResolveSince = now
+				mode = spec.Resolve
+			}
+			g.log.Info("network switched", "network", name, "mode", mode)
+		}
+	}
+}
+
+// Strategies returns the proven strategy of every network in resolve mode:
+// the agent exposes the resolver through each at start (Runner.Expose) and
+// prefers them when probing again (Runner.Probe), so a network keeps its
+// configuration.
+func (g *Gate) Strategies() map[string]Strategy {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := map[string]Strategy{}
+	for name, ns := range g.view().Networks {
+		if ns.Proven != nil && (ns.Resolve || ns.Last != nil && ns.Last.Pass) {
+			out[name] = ns.Proven.Strategy
+		}
+	}
+	return out
+}
+
+// Pause stops the migration where it is: containers that exist keep their
+// current mode, in either direction, except that a container whose network
+// went back to copy mode after failing its probes still gets its copy back.
+// Containers created while paused get the gate's mode.
+func (g *Gate) Pause() error {
+	return g.update(func(s *State) error {
+		if !s.Paused {
+			s.Paused, s.PausedAt = true, g.cfg.Now()
+			g.log.Info("migration paused")
+		}
+		return nil
+	})
+}
+
+// Resume undoes Pause.
+func (g *Gate) Resume() error {
+	return g.update(func(s *State) error {
+		if s.Paused {
+			s.Paused, s.PausedAt = false, time.Time{}
+			g.log.Info("migration resumed")
+		}
+		return nil
+	})
+}
+
+// netMode is a network's mode as containers see it.
+type netMode int
+
+const (
+	netCopy    netMode = iota
+	netResolve         // proven and in resolve mode
+	netFailing         // in resolve mode, but its latest probe failed
+)
+
+func modeOf(s *State, name string) (netMode, *NetworkState) {
+	ns := s.Networks[name]
+	switch {
+	case ns == nil || !ns.Resolve || ns.Proven == nil:
+		return netCopy, ns
+	case ns.Last != nil && !ns.Last.Pass:
+		return netFailing, ns
+	}
+	return netResolve, ns
+}
+
+// Mode returns the name mode of a container on networks (none: the
+// runtime's default network). current is the container as it runs now
+// (from its record label), nil when it does not exist yet.
+func (g *Gate) Mode(networks []string, current *spec.Rendered) spec.Mode {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return decide(g.view(), networks, current)
+}
+
+// Modes returns the name mode of every container, by name. observed is what
+// the runtime reports (one List), to read the mode each container runs in.
+func (g *Gate) Modes(containers []spec.Container, observed []reconcile.Observed) map[string]spec.Mode {
+	cur := currentModes(observed)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.view()
+	out := make(map[string]spec.Mode, len(containers))
+	for _, c := range containers {
+		out[c.Name] = decide(s, networkNames(c), cur[c.Name])
+	}
+	return out
+}
+
+func networkNames(c spec.Container) []string {
+	var out []string
+	for _, n := range c.Networks {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// currentModes reads the settings each managed container was created with
+// from its record label.
+func currentModes(observed []reconcile.Observed) map[string]*spec.Rendered {
+	out := map[string]*spec.Rendered{}
+	for _, o := range observed {
+		if o.Labels[reconcile.LabelManaged] != "true" {
+			continue
+		}
+		r, err := digest.ParseRecord(o.Labels[digest.LabelRecord])
+		if err != nil {
+			continue
+		}
+		out[o.Name] = &r
+	}
+	return out
+}
+
+func decide(s *State, networks []string, current *spec.Rendered) spec.Mode {
+	if len(networks) == 0 {
+		networks = []string{spec.DefaultNetwork}
+	}
+	networks = slices.Sorted(slices.Values(networks))
+	copyMode := spec.Mode{Names: spec.Copy}
+	var dns spec.DNSConfig
+	anyCopy, anyFailing, rolledBack := false, false, false
+	for _, n := range networks {
+		m, ns := modeOf(s, n)
+		switch m {
+		case netCopy:
+			anyCopy = true
+			rolledBack = rolledBack || ns != nil && ns.Last != nil && !ns.Last.Pass
+		case netFailing:
+			anyFailing = true
+		}
+		if ns != nil && ns.Proven != nil {
+			dns = mergeDNS(dns, ns.Proven.DNS)
+		}
+	}
+	if s.Paused && current != nil {
+		switch {
+		case current.Mode != spec.Resolve:
+			return copyMode
+		case rolledBack:
+			return copyMode // safety before the pause
+		}
+		return spec.Mode{Names: spec.Resolve, DNS: current.DNS}
+	}
+	switch {
+	case anyCopy:
+		return copyMode
+	case anyFailing && (current == nil || current.Mode != spec.Resolve):
+		return copyMode
+	case len(dns.Servers) == 0:
+		// Networks without connectivity only (StrategyNone): nothing can be
+		// resolved either way; the copy at least changes nothing.
+		return copyMode
+	}
+	return spec.Mode{Names: spec.Resolve, DNS: dns}
+}
+
+// mergeDNS appends b's servers, search domains and options not yet in a.
+func mergeDNS(a, b spec.DNSConfig) spec.DNSConfig {
+	for _, x := range b.Servers {
+		if !slices.Contains(a.Servers, x) {
+			a.Servers = append(a.Servers, x)
+		}
+	}
+	for _, x := range b.Search {
+		if !slices.Contains(a.Search, x) {
+			a.Search = append(a.Search, x)
+		}
+	}
+	for _, x := range b.Options {
+		if !slices.Contains(a.Options, x) {
+			a.Options = append(a.Options, x)
+		}
+	}
+	return a
+}
+
+func sameDNS(a, b spec.DNSConfig) bool {
+	return slices.Equal(a.Servers, b.Servers) && slices.Equal(a.Search, b.Search) && slices.Equal(a.Options, b.Options)
+}

@@ -1,0 +1,73 @@
+package migrations
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type prometheusRegisterer = prometheus.Registerer
+
+// metrics are the gate's: meshhost_migrations_*.
+type metrics struct {
+	failing *prometheus.GaugeVec
+	resolve *prometheus.GaugeVec
+	probes  *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		failing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meshhost_migrations_network_failing",
+			Help: "1 for a network in resolve mode whose latest reachability probe failed.",
+		}, []string{"network"}),
+		resolve: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meshhost_migrations_network_resolve",
+			Help: "1 for a network whose containers are in resolve mode, 0 for copy mode.",
+		}, []string{"network"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshhost_migrations_probes_total",
+			Help: "Network reachability probes recorded, by result.",
+		}, []string{"result"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.failing, m.resolve, m.probes} {
+			if err := reg.Register(c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					return nil, err
+				}
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) probe(pass bool) {
+	if pass {
+		m.probes.WithLabelValues("pass").Inc()
+	} else {
+		m.probes.WithLabelValues("fail").Inc()
+	}
+}
+
+// set publishes the state of every network.
+func (m *metrics) set(s *State) {
+	m.failing.Reset()
+	m.resolve.Reset()
+	for name, ns := range s.Networks {
+		if !ns.Present {
+			continue
+		}
+		mode, _ := modeOf(s, name)
+		m.failing.WithLabelValues(name).Set(b2f(mode == netFailing))
+		m.resolve.WithLabelValues(name).Set(b2f(ns.Resolve))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,140 @@
+package migrations
+
+import (
+	"net/netip"
+	"slices"
+)
+
+// Network is one runtime network as the probe needs it. The agent fills it
+// from its runtime (for podman, reconcile/podman's Networks).
+type Network struct {
+	Name   string
+	Driver string // "bridge", "macvlan", "ipvlan", "host", "none", ...
+	// Subnets with their gateways (zero when the network has none).
+	Subnets []Subnet
+	// DNSEnabled: the runtime serves container names on the gateways
+	// (podman's aardvark-dns), so port 53 there is not ours.
+	DNSEnabled bool
+	// Internal: no route out of the network, the host's other addresses
+	// included.
+	Internal bool
+}
+
+// Subnet is one subnet of a Network.
+type Subnet struct {
+	Prefix  netip.Prefix
+	Gateway netip.Addr
+}
+
+// Kind is what decides which strategies can work on a network.
+type Kind string
+
+const (
+	// KindBridge is a routed bridge without runtime DNS: podman's default
+	// network "podman" (and Docker's default bridge).
+	KindBridge Kind = "bridge"
+	// KindBridgeDNS is a routed bridge whose gateways aardvark-dns serves:
+	// `podman network create` without --disable-dns.
+	KindBridgeDNS Kind = "bridge-dns"
+	// KindInternal is a bridge without a route out and without runtime DNS.
+	KindInternal Kind = "internal"
+	// KindInternalDNS is an internal bridge with aardvark-dns: its gateway
+	// port 53 is aardvark's and nothing else of the host is reachable.
+	KindInternalDNS Kind = "internal-dns"
+	// KindMacvlan and KindIPvlan put containers on the parent interface's
+	// link; the host itself is usually unreachable from them.
+	KindMacvlan Kind = "macvlan"
+	KindIPvlan  Kind = "ipvlan"
+	// KindHost shares the host's network namespace.
+	KindHost Kind = "host"
+	// KindNone has no network: nothing to resolve.
+	KindNone Kind = "none"
+	// KindOther is any other driver; nothing is assumed of it.
+	KindOther Kind = "other"
+)
+
+// KindOf classifies n.
+func KindOf(n Network) Kind {
+	switch n.Driver {
+	case "bridge", "":
+		switch {
+		case n.Internal && n.DNSEnabled:
+			return KindInternalDNS
+		case n.Internal:
+			return KindInternal
+		case n.DNSEnabled:
+			return KindBridgeDNS
+		}
+		return KindBridge
+	case "macvlan":
+		return KindMacvlan
+	case "ipvlan":
+		return KindIPvlan
+	case "host":
+		return KindHost
+	case "none":
+		return KindNone
+	}
+	return KindOther
+}
+
+// Strategy is how a container on a network reaches the resolver.
+type Strategy string
+
+const (
+	// StrategyGateway: the resolver listens on the network's gateway port
+	// 53 (bound ahead of the bridge with IP_FREEBIND) and is the
+	// container's DNS server. Only where the runtime does not serve DNS.
+	StrategyGateway Strategy = "gateway"
+	// StrategyNodeLocal: the resolver listens on a node-local address
+	// assigned to the host's lo (RunnerConfig.NodeLocal), reached through
+	// the container's default route. On a DNS-enabled network the
+	// resolver forwards the network's container names (dns.podman and
+	// single labels) from its subnets to its aardvark-dns, and the
+	// container's search list keeps dns.podman.
+	StrategyNodeLocal Strategy = "node-local"
+	// StrategyNone: the network has nothing to resolve (driver none).
+	StrategyNone Strategy = "none"
+)
+
+// PodmanDNSZone is the search domain of podman's aardvark-dns.
+const PodmanDNSZone = "dns.podman"
+
+// candidates lists the strategies worth probing on a network of kind k, in
+// order of preference. Empty: none can work, and the network is reported.
+func candidates(k Kind) []Strategy {
+	switch k {
+	case KindBridge:
+		return []Strategy{StrategyGateway, StrategyNodeLocal}
+	case KindBridgeDNS, KindHost:
+		return []Strategy{StrategyNodeLocal}
+	case KindInternal:
+		return []Strategy{StrategyGateway}
+	case KindMacvlan, KindIPvlan, KindOther:
+		return []Strategy{StrategyNodeLocal} // probed only when allowed, see RunnerConfig
+	case KindNone:
+		return []Strategy{StrategyNone}
+	}
+	return nil // KindInternalDNS
+}
+
+// gateways returns the network's IPv4 gateways, in subnet order.
+func (n Network) gateways() []netip.Addr {
+	var out []netip.Addr
+	for _, s := range n.Subnets {
+		if s.Gateway.Is4() && !slices.Contains(out, s.Gateway) {
+			out = append(out, s.Gateway)
+		}
+	}
+	return out
+}
+
+func (n Network) prefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range n.Subnets {
+		if s.Prefix.IsValid() {
+			out = append(out, s.Prefix.Masked())
+		}
+	}
+	return out
+}

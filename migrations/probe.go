@@ -1,0 +1,521 @@
+package migrations
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Runtime is what a Runner needs of the container runtime. The agent wraps
+// reconcile/podman's Runtime (whose Networks and Version return podman's
+// own types) to give it.
+type Runtime interface {
+	// Networks lists the runtime's networks.
+	Networks(ctx context.Context) ([]Network, error)
+	// Version is the runtime's version, for the report ("podman 4.3.1").
+	Version(ctx context.Context) (string, error)
+	// RunOnce creates a container with exactly the settings r, runs it to
+	// completion and returns its exit code and output; the container is
+	// removed on every path.
+	RunOnce(ctx context.Context, r spec.Rendered) (exitCode int, output string, err error)
+}
+
+// Resolver is what a Runner needs of the resolver (resolver.Server has
+// it): to be made reachable where a strategy says. The canary it must
+// answer is resolver.CanaryName, with resolver.CanaryAddress.
+type Resolver interface {
+	Listen(addr netip.AddrPort) error
+	SetAllow(clients []netip.Prefix)
+	SetLocalForward(client netip.Prefix, zone string, server netip.AddrPort)
+}
+
+// DefaultNodeLocal is the node-local address StrategyNodeLocal uses unless
+// told otherwise. It must be assigned to the host's lo:
+//
+//	ip addr add 169.254.53.53/32 dev lo
+const DefaultNodeLocal = "169.254.53.53"
+
+// LabelProbe marks probe containers, with the probe's nonce as its value.
+// The reconciler never manages them (they lack its managed label).
+const LabelProbe = spec.LabelPrefix + "probe"
+
+// RunnerConfig is what a Runner needs. Runtime, Resolver, Image, Zone and
+// Outside are required.
+type RunnerConfig struct {
+	Runtime  Runtime
+	Resolver Resolver
+	// Image is the probe image (see ProbeImage).
+	Image string
+	// Zone is a zone of the roster the resolver serves; the canary is
+	// asked under it.
+	Zone string
+	// Outside is a name outside the mesh the probe resolves through the
+	// resolver's forwarding; OutsideWant, when valid, is an address the
+	// answer must contain (any answer passes otherwise).
+	Outside     string
+	OutsideWant netip.Addr
+	// NodeLocal is StrategyNodeLocal's address. Default DefaultNodeLocal.
+	// The strategy is tried only while the address is assigned to this
+	// host, so probe traffic never leaves the machine.
+	NodeLocal netip.Addr
+	// Allow is the resolver's own client allow list; the Runner sets the
+	// resolver's list to it plus the subnets of the networks it serves.
+	// Once a Runner exists, change the list through SetAllow only.
+	Allow []netip.Prefix
+	// ProbeUnroutable also probes macvlan, ipvlan and unknown drivers. Off
+	// by default: from those the node-local address is reached, if at all,
+	// over the parent interface's link, off this machine. They are
+	// reported as failed, not probed.
+	ProbeUnroutable bool
+	// Timeout bounds one probe container, create to removal. Default 30s.
+	Timeout time.Duration
+	// Concurrency bounds the probe containers running at once. Default 4.
+	Concurrency int
+	Logger      *slog.Logger
+	// Now is the clock of Result.At. Nil: time.Now.
+	Now func() time.Time
+}
+
+// Runner probes networks.
+type Runner struct {
+	cfg RunnerConfig
+	log *slog.Logger
+
+	// mu guards the fields below, the resolver's exposure.
+	mu        sync.Mutex
+	listening map[netip.AddrPort]bool
+	subnets   map[string][]netip.Prefix // network -> subnets allowed
+}
+
+// NewRunner returns a Runner for cfg.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	switch {
+	case cfg.Runtime == nil:
+		return nil, errors.New("migrations: RunnerConfig.Runtime is required")
+	case cfg.Resolver == nil:
+		return nil, errors.New("migrations: RunnerConfig.Resolver is required")
+	case cfg.Image == "":
+		return nil, errors.New("migrations: RunnerConfig.Image is required (see ProbeImage)")
+	case spec.CheckName(spec.CanonicalName(cfg.Zone)) != nil:
+		return nil, fmt.Errorf("migrations: RunnerConfig.Zone %q is not a zone name", cfg.Zone)
+	case cfg.Outside == "":
+		return nil, errors.New("migrations: RunnerConfig.Outside is required: a name outside the mesh the resolver forwards")
+	}
+	if !cfg.NodeLocal.IsValid() {
+		cfg.NodeLocal = netip.MustParseAddr(DefaultNodeLocal)
+	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, 30*time.Second)
+	cfg.Concurrency = cmp.Or(max(cfg.Concurrency, 0), 4)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Runner{
+		cfg: cfg, log: cfg.Logger.With("component", "migrations"),
+		listening: map[netip.AddrPort]bool{}, subnets: map[string][]netip.Prefix{},
+	}, nil
+}
+
+// Result is one network's probe.
+type Result struct {
+	Network string    `json:"network"`
+	Driver  string    `json:"driver"`
+	Kind    Kind      `json:"kind"`
+	Pass    bool      `json:"pass"`
+	At      time.Time `json:"at"`
+	// Strategy is the strategy that passed, or the last one tried.
+	Strategy Strategy `json:"strategy,omitempty"`
+	// Reason says what passed, or why the network failed.
+	Reason string `json:"reason"`
+	// Latency is the canary lookup inside the probe container; Duration
+	// the whole probe, container creation to removal.
+	Latency  time.Duration `json:"latency"`
+	Duration time.Duration `json:"duration"`
+	Runtime  string        `json:"runtime"`
+	// DNS is the resolve-mode configuration proven on the network.
+	DNS spec.DNSConfig `json:"dns"`
+	// Attempts lists every strategy tried, in order.
+	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// Attempt is one strategy tried on a network.
+type Attempt struct {
+	Strategy Strategy      `json:"strategy"`
+	Pass     bool          `json:"pass"`
+	Reason   string        `json:"reason"`
+	Latency  time.Duration `json:"latency"`
+	Duration time.Duration `json:"duration"`
+}
+
+// ProbeAll probes every network the runtime reports. prefer names, per
+// network, the strategy to try first (the one its containers already use;
+// see Gate.Strategies), so that a network keeps its configuration.
+func (r *Runner) ProbeAll(ctx context.Context, prefer map[string]Strategy) ([]Result, error) {
+	nets, err := r.cfg.Runtime.Networks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("probing: %w", err)
+	}
+	return r.Probe(ctx, nets, prefer), nil
+}
+
+// Probe probes the networks nets, trying each network's candidate
+// strategies in order until one passes, and returns one Result per network
+// in the order of nets. The resolver stays reachable through every
+// strategy that passed (and every one it was already reachable through).
+func (r *Runner) Probe(ctx context.Context, nets []Network, prefer map[string]Strategy) []Result {
+	version, verr := r.cfg.Runtime.Version(ctx)
+	if verr != nil {
+		version = "unknown (" + verr.Error() + ")"
+	}
+	results := make([]Result, len(nets))
+	var g errgroup.Group
+	g.SetLimit(r.cfg.Concurrency)
+	for i, n := range nets {
+		g.Go(func() error {
+			results[i] = r.probeNetwork(ctx, n, prefer[n.Name], version)
+			return nil
+		})
+	}
+	g.Wait()
+	return results
+}
+
+func (r *Runner) probeNetwork(ctx context.Context, n Network, prefer Strategy, version string) Result {
+	kind := KindOf(n)
+	res := Result{Network: n.Name, Driver: n.Driver, Kind: kind, Runtime: version, At: r.cfg.Now()}
+	cands := candidates(kind)
+	if prefer != "" && slices.Contains(cands, prefer) {
+		cands = append([]Strategy{prefer}, slices.DeleteFunc(slices.Clone(cands), func(s Strategy) bool { return s == prefer })...)
+	}
+	switch {
+	case len(cands) == 0:
+		res.Reason = noStrategy(n, kind)
+		return res
+	case (kind == KindMacvlan || kind == KindIPvlan || kind == KindOther) && !r.cfg.ProbeUnroutable:
+		res.Reason = fmt.Sprintf("not probed: %s network; containers on it usually cannot reach this host, and probe traffic would leave the machine over the parent link (set ProbeUnroutable to probe it)", n.Driver)
+		return res
+	}
+	var reasons []string
+	for _, s := range cands {
+		a, dns := r.attempt(ctx, n, s)
+		res.Attempts = append(res.Attempts, a)
+		res.Strategy, res.Latency, res.Duration = s, a.Latency, a.Duration
+		if a.Pass {
+			res.Pass, res.Reason, res.DNS = true, a.Reason, dns
+			r.log.Info("probe passed", "network", n.Name, "kind", kind, "strategy", s, "latency", a.Latency)
+			return res
+		}
+		reasons = append(reasons, string(s)+": "+a.Reason)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	res.Reason = strings.Join(reasons, "; ")
+	r.log.Warn("probe failed", "network", n.Name, "kind", kind, "reason", res.Reason)
+	return res
+}
+
+func noStrategy(n Network, k Kind) string {
+	if k == KindInternalDNS {
+		return "no strategy can work: an internal network has no route to this host's other addresses, and aardvark-dns holds port 53 on its gateway (recreate it with --disable-dns to use the gateway)"
+	}
+	return fmt.Sprintf("no strategy for %s network %s", n.Driver, n.Name)
+}
+
+// endpoint is what strategy s needs on network n: where the resolver
+// listens, which local forwards it keeps, and what the container's
+// resolv.conf says.
+type endpoint struct {
+	listen   []netip.AddrPort
+	forwards []localForward
+	dns      spec.DNSConfig
+}
+
+type localForward struct {
+	client netip.Prefix
+	server netip.AddrPort
+}
+
+// dnsOptions are the resolv.conf options of every resolve-mode container.
+var dnsOptions = []string{"ndots:1"}
+
+func (r *Runner) endpoint(n Network, s Strategy) (endpoint, error) {
+	switch s {
+	case StrategyGateway:
+		if n.DNSEnabled {
+			return endpoint{}, errors.New("aardvark-dns serves the gateway's port 53")
+		}
+		gws := n.gateways()
+		if len(gws) == 0 {
+			if n.Internal {
+				return endpoint{}, errors.New("the internal network has no gateway, so nothing on this host is reachable from it (podman gives an internal network without DNS a gateway only when created with --gateway)")
+			}
+			return endpoint{}, errors.New("the network has no IPv4 gateway")
+		}
+		e := endpoint{dns: spec.DNSConfig{Servers: gws, Options: dnsOptions}}
+		for _, gw := range gws {
+			e.listen = append(e.listen, netip.AddrPortFrom(gw, 53))
+		}
+		return e, nil
+	case StrategyNodeLocal:
+		if !assigned(r.cfg.NodeLocal) {
+			return endpoint{}, fmt.Errorf("node-local address %s is not assigned to this host; add it (ip addr add %s/32 dev lo) or configure another", r.cfg.NodeLocal, r.cfg.NodeLocal)
+		}
+		e := endpoint{listen: []netip.AddrPort{netip.AddrPortFrom(r.cfg.NodeLocal, 53)}}
+		e.dns = spec.DNSConfig{Servers: []netip.Addr{r.cfg.NodeLocal}, Options: dnsOptions}
+		if n.DNSEnabled {
+			e.dns.Search = []string{PodmanDNSZone}
+			for _, sn := range n.Subnets {
+				if sn.Prefix.IsValid() && sn.Gateway.IsValid() {
+					e.forwards = append(e.forwards, localForward{sn.Prefix.Masked(), netip.AddrPortFrom(sn.Gateway, 53)})
+				}
+			}
+		}
+		return e, nil
+	}
+	return endpoint{}, fmt.Errorf("strategy %q needs no resolver", s)
+}
+
+// assigned reports whether a is an address of one of this host's
+// interfaces.
+func assigned(a netip.Addr) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, ia := range addrs {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil && p.Addr().Unmap() == a {
+			return true
+		}
+	}
+	return false
+}
+
+// Expose makes the resolver reachable from network n through strategy s:
+// it listens where s says (if not already), keeps n's local forwards and
+// allows n's subnets. The agent calls it at start for every network whose
+// containers are in resolve mode (Gate.Strategies), before any probe.
+func (r *Runner) Expose(n Network, s Strategy) (spec.DNSConfig, error) {
+	if s == StrategyNone {
+		return spec.DNSConfig{}, nil
+	}
+	e, err := r.endpoint(n, s)
+	if err != nil {
+		return spec.DNSConfig{}, err
+	}
+	return e.dns, r.expose(n, e)
+}
+
+func (r *Runner) expose(n Network, e endpoint) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.subnets[n.Name] = n.prefixes()
+	allow := slices.Clone(r.cfg.Allow)
+	for _, ps := range r.subnets {
+		allow = append(allow, ps...)
+	}
+	r.cfg.Resolver.SetAllow(allow)
+	for _, f := range e.forwards {
+		r.cfg.Resolver.SetLocalForward(f.client, PodmanDNSZone, f.server)
+	}
+	for _, a := range e.listen {
+		if r.listening[a] {
+			continue
+		}
+		if err := r.cfg.Resolver.Listen(a); err != nil {
+			return fmt.Errorf("making the resolver listen on %s: %w", a, err)
+		}
+		r.listening[a] = true
+	}
+	return nil
+}
+
+// SetAllow replaces the resolver's own allow list (RunnerConfig.Allow); the
+// subnets of exposed networks stay allowed.
+func (r *Runner) SetAllow(allow []netip.Prefix) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cfg.Allow = slices.Clone(allow)
+	for _, ps := range r.subnets {
+		allow = append(allow, ps...)
+	}
+	r.cfg.Resolver.SetAllow(allow)
+}
+
+// attempt exposes the resolver through s and runs one probe container. A
+// listener it opened stays open even when the probe fails: it harms
+// nothing, and unbinding could take it from a network that passed.
+func (r *Runner) attempt(ctx context.Context, n Network, s Strategy) (Attempt, spec.DNSConfig) {
+	a := Attempt{Strategy: s}
+	if s == StrategyNone {
+		a.Pass, a.Reason = true, "nothing to resolve on a network without connectivity"
+		return a, spec.DNSConfig{}
+	}
+	e, err := r.endpoint(n, s)
+	if err == nil {
+		err = r.expose(n, e)
+	}
+	if err != nil {
+		a.Reason = err.Error()
+		return a, spec.DNSConfig{}
+	}
+	start := time.Now()
+	out, err := r.run(ctx, n, e.dns)
+	a.Duration = time.Since(start)
+	if err != nil {
+		a.Reason = err.Error()
+		return a, spec.DNSConfig{}
+	}
+	a.Latency = out.canaryLatency()
+	if !out.Pass {
+		a.Reason = out.why()
+		return a, spec.DNSConfig{}
+	}
+	a.Pass = true
+	var checked []string
+	for _, c := range out.Checks {
+		checked = append(checked, c.Check)
+	}
+	a.Reason = fmt.Sprintf("resolved %s through %s", strings.Join(checked, ", "), strings.Join(addrStrings(e.dns.Servers), ","))
+	return a, e.dns
+}
+
+// probeOutput is meshprobe's JSON line.
+type probeOutput struct {
+	Pass   bool `json:"pass"`
+	Checks []struct {
+		Check     string   `json:"check"`
+		Name      string   `json:"name"`
+		Want      string   `json:"want"`
+		Got       []string `json:"got"`
+		OK        bool     `json:"ok"`
+		Error     string   `json:"error"`
+		LatencyMS float64  `json:"latency_ms"`
+	} `json:"checks"`
+	ResolvConf string `json:"resolv_conf"`
+}
+
+func (o probeOutput) canaryLatency() time.Duration {
+	for _, c := range o.Checks {
+		if c.Check == "canary" {
+			return time.Duration(c.LatencyMS * float64(time.Millisecond))
+		}
+	}
+	return 0
+}
+
+func (o probeOutput) why() string {
+	var fails []string
+	for _, c := range o.Checks {
+		if !c.OK {
+			fails = append(fails, fmt.Sprintf("%s %s: %s", c.Check, c.Name, c.Error))
+		}
+	}
+	if len(fails) == 0 {
+		return "probe failed without a failed check"
+	}
+	return strings.Join(fails, "; ")
+}
+
+// run runs one probe container on n with resolve-mode settings dns.
+func (r *Runner) run(ctx context.Context, n Network, dns spec.DNSConfig) (probeOutput, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	nonce := newNonce()
+	name := "meshhost-probe-" + nonce
+	outsideWant := "any"
+	if r.cfg.OutsideWant.IsValid() {
+		outsideWant = r.cfg.OutsideWant.String()
+	}
+	args := []string{
+		"-canary", resolver.CanaryName(nonce, r.cfg.Zone) + ".",
+		"-canary-want", resolver.CanaryAddress(nonce).String(),
+		"-outside", strings.TrimSuffix(r.cfg.Outside, ".") + ".",
+		"-outside-want", outsideWant,
+		"-timeout", "4s",
+	}
+	if n.DNSEnabled {
+		// The probe's own container name, as a peer would ask for it:
+		// aardvark-dns must still answer it.
+		args = append(args, "-peer", name, "-peer-want", "self")
+	}
+	c := spec.Container{
+		Name:       name,
+		Image:      r.cfg.Image,
+		Entrypoint: []string{ProbeBinaryPath},
+		Command:    args,
+		Labels:     map[string]string{LabelProbe: nonce},
+		Networks:   []spec.NetworkAttachment{{Name: n.Name}},
+		CapDrop:    []string{"ALL"},
+	}
+	rendered, err := spec.Render(c, nil, spec.Mode{Names: spec.Resolve, DNS: dns})
+	if err != nil {
+		return probeOutput{}, fmt.Errorf("rendering the probe container: %w", err)
+	}
+	code, output, err := r.cfg.Runtime.RunOnce(ctx, rendered)
+	if err != nil {
+		return probeOutput{}, fmt.Errorf("running the probe container: %w", err)
+	}
+	var out probeOutput
+	line := lastJSONLine(output)
+	if line == nil {
+		return probeOutput{}, fmt.Errorf("the probe exited %d without a result: %q", code, truncate(output, 300))
+	}
+	if err := json.Unmarshal(line, &out); err != nil {
+		return probeOutput{}, fmt.Errorf("reading the probe's result %q: %w", truncate(string(line), 300), err)
+	}
+	if code != 0 && out.Pass {
+		return probeOutput{}, fmt.Errorf("the probe exited %d but says it passed", code)
+	}
+	return out, nil
+}
+
+func lastJSONLine(output string) []byte {
+	lines := bytes.Split([]byte(output), []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := bytes.TrimSpace(lines[i]); len(l) > 0 && l[0] == '{' {
+			return l
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func newNonce() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func addrStrings(as []netip.Addr) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.String()
+	}
+	return out
+}

@@ -1,0 +1,144 @@
+package migrations
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/meshhost/meshhost/spec"
+)
+
+// StateVersion is the version of the gate's state file this meshhost writes
+// and the newest it reads.
+//
+// History:
+//
+//	1: first version: the flag last seen, the pause flag, when the machine
+//	   switched under "auto", and per network its kind, whether the runtime
+//	   still reports it, its last probe, the strategy and DNS configuration
+//	   proven (and when), consecutive failures, and whether (since when) it
+//	   is in resolve mode.
+const StateVersion = 1
+
+// StateFile is the name of the gate's state file in its directory.
+const StateFile = "migrations.json"
+
+// State is what the gate keeps across restarts.
+type State struct {
+	Version int                `json:"version"`
+	Flag    spec.MeshNamesFlag `json:"flag"`
+	Paused  bool               `json:"paused"`
+	// PausedAt is when Pause was last called; zero when not paused.
+	PausedAt time.Time `json:"paused_at,omitzero"`
+	// AutoSwitchedAt is when every network had passed under "auto" and the
+	// machine switched; zero before, and again after the flag went off.
+	AutoSwitchedAt time.Time                `json:"auto_switched_at,omitzero"`
+	Networks       map[string]*NetworkState `json:"networks"`
+}
+
+// NetworkState is one network's migration state.
+type NetworkState struct {
+	Kind Kind `json:"kind"`
+	// Present: the runtime reported the network at the last Observe.
+	Present bool `json:"present"`
+	// Last is the latest probe; nil before the first.
+	Last *Result `json:"last,omitempty"`
+	// Proven is the configuration the latest passing probe proved; it
+	// stays after a failure, so the network keeps its configuration when
+	// it recovers.
+	Proven *Proof `json:"proven,omitempty"`
+	// Failures counts failed probes since the last pass.
+	Failures int `json:"failures"`
+	// Resolve: containers on the network are (being) switched to resolve
+	// mode, since ResolveSince.
+	Resolve      bool      `json:"resolve"`
+	ResolveSince time.Time `json:"resolve_since,omitzero"`
+}
+
+// Proof is a configuration a probe proved on a network.
+type Proof struct {
+	Strategy Strategy       `json:"strategy"`
+	DNS      spec.DNSConfig `json:"dns"`
+	At       time.Time      `json:"at"`
+}
+
+func newState() *State {
+	return &State{Version: StateVersion, Flag: spec.FlagOff, Networks: map[string]*NetworkState{}}
+}
+
+// LoadState reads the gate's state in dir. A missing file is a fresh
+// state (flag off, nothing proven).
+func LoadState(dir string) (*State, error) {
+	path := filepath.Join(dir, StateFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return newState(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading migration state: %w", err)
+	}
+	var head struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("reading migration state %q: %w", path, err)
+	}
+	if head.Version < 1 || head.Version > StateVersion {
+		return nil, fmt.Errorf("reading migration state %q: version %d is not one this meshhost reads (1 to %d); upgrade meshhost", path, head.Version, StateVersion)
+	}
+	s := newState()
+	if err := json.Unmarshal(data, s); err != nil {
+		return nil, fmt.Errorf("reading migration state %q: %w", path, err)
+	}
+	if s.Networks == nil {
+		s.Networks = map[string]*NetworkState{}
+	}
+	s.Version = StateVersion
+	return s, nil
+}
+
+// save writes s to dir atomically: a temporary file, fsync, rename, and an
+// fsync of the directory.
+func (s *State) save(dir string) error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding migration state: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("saving migration state: %w", err)
+	}
+	f, err := os.CreateTemp(dir, StateFile+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("saving migration state: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after a successful rename, nothing to remove
+	_, werr := f.Write(append(data, '\n'))
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("saving migration state: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, StateFile)); err != nil {
+		return fmt.Errorf("saving migration state: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func (s *State) clone() *State {
+	data, _ := json.Marshal(s)
+	c := newState()
+	json.Unmarshal(data, c)
+	if c.Networks == nil {
+		c.Networks = map[string]*NetworkState{}
+	}
+	return c
+}

@@ -1,0 +1,220 @@
+package reconcile_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/meshhost/meshhost/digest"
+	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/reconcile/memory"
+	"github.com/meshhost/meshhost/spec"
+)
+
+func TestUnmanagedUntouched(t *testing.T) {
+	ctx := context.Background()
+	rt := memory.New(memory.Options{})
+	// Containers someone else made: one meshhost is not told about, one
+	// holding a declared name with other settings.
+	for _, c := range []spec.Container{container("legacy", "old:1"), container("web", "nginx:1")} {
+		id, err := rt.Create(ctx, render(t, c, nil, resolveMode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.Start(ctx, id)
+	}
+	before := rt.Containers()
+	setup := len(rt.Events())
+	r := newReconciler(t, rt, nil)
+	desired := renderAll(t, []spec.Container{container("web", "caddy:2"), container("api", "api:1")}, nil, resolveMode)
+	for _, want := range [][]string{{"create api", "conflict web"}, {"conflict web"}} {
+		p, err := r.Plan(ctx, desired)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, kinds(p)); diff != "" {
+			t.Errorf("plan (-want +got):\n%s", diff)
+		}
+		if p.Unmanaged != 1 {
+			t.Errorf("Unmanaged = %d, want 1", p.Unmanaged)
+		}
+		if got := reasonOf(p, "web"); !strings.Contains(got, "image: nginx:1 -> caddy:2") {
+			t.Errorf("conflict reason = %q, want the differing image", got)
+		}
+		r.Apply(ctx, p)
+	}
+	for _, e := range rt.Events()[setup:] {
+		for _, c := range before {
+			if e.ID == c.ID {
+				t.Errorf("unmanaged container %q touched: %+v", c.Name, e)
+			}
+		}
+	}
+	for _, c := range before {
+		if got, _ := rt.Container(c.Name); got.ID != c.ID || got.State != reconcile.StateRunning {
+			t.Errorf("unmanaged %q changed: %+v", c.Name, got)
+		}
+	}
+}
+
+func TestAdoption(t *testing.T) {
+	ctx := context.Background()
+	rt := memory.New(memory.Options{
+		ImageEnv:      map[string]map[string]string{"gitea:1": {"PATH": "/usr/bin", "GITEA_HOME": "/data"}},
+		RuntimeLabels: map[string]string{"io.containers.autoupdate": "registry"},
+	})
+	gitea := spec.Container{Name: "gitea", Image: "gitea:1", Env: map[string]string{"MODE": "prod"}, Labels: map[string]string{"team": "core"}}
+	// Created by hand (or by the old reconciler): no meshhost labels.
+	id, _ := rt.Create(ctx, render(t, gitea, nil, resolveMode))
+	rt.Start(ctx, id)
+	// Created by a newer meshhost: a digest version this one does not know.
+	newer := labelledAs(render(t, container("redis", "redis:7"), nil, resolveMode), "v9:sha256:0123", "v9:{}")
+	newerID, _ := rt.Create(ctx, newer)
+	rt.Start(ctx, newerID)
+	// Also from the newer meshhost, and no longer matching.
+	stale := labelledAs(render(t, container("cache", "memcached:1"), nil, resolveMode), "v9:sha256:4567", "v9:{}")
+	staleID, _ := rt.Create(ctx, stale)
+	rt.Start(ctx, staleID)
+
+	r := newReconciler(t, rt, nil)
+	gitea.Resources.MemoryBytes = 1 << 30 // in place: adoption updates it
+	desired := renderAll(t, []spec.Container{gitea, container("redis", "redis:7"), container("cache", "memcached:2")}, nil, resolveMode)
+	rt.ResetCalls()
+	p, err := r.Plan(ctx, desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"replace cache", "adopt gitea", "adopt redis"}, kinds(p)); diff != "" {
+		t.Errorf("plan (-want +got):\n%s", diff)
+	}
+	if n := rt.Calls("Inspect"); n != 3 {
+		t.Errorf("planning inspected %d containers, want 3", n)
+	}
+	if _, err := r.Apply(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	got := ids(rt)
+	if got["gitea"] != id || got["redis"] != newerID || got["cache"] == staleID {
+		t.Errorf("after adoption: %v; want gitea %s and redis %s kept, cache replaced", got, id, newerID)
+	}
+	if c, _ := rt.Container("gitea"); c.Settings.Resources.MemoryBytes != 1<<30 {
+		t.Errorf("adopted gitea memory = %d, want updated", c.Settings.Resources.MemoryBytes)
+	}
+
+	// Adopted containers are judged from the adoption: no inspects, and a
+	// later change replaces them like any managed container.
+	rt.ResetCalls()
+	if p, _ := r.Plan(ctx, desired); len(p.Changes()) != 0 || rt.Calls("Inspect") != 0 {
+		t.Errorf("pass after adoption: %v with %d inspects; want no changes, no inspects", kinds(p), rt.Calls("Inspect"))
+	}
+	gitea.Image = "gitea:2"
+	desired[0] = render(t, gitea, nil, resolveMode)
+	p, _ = r.Plan(ctx, desired)
+	if diff := cmp.Diff([]string{"replace gitea"}, kinds(p)); diff != "" {
+		t.Errorf("plan after a change to an adopted container (-want +got):\n%s", diff)
+	}
+	// A restarted agent restores adoptions.
+	r2 := newReconciler(t, rt, func(c *reconcile.Config) { c.Adoptions = r.Adoptions() })
+	rt.ResetCalls()
+	if p, _ := r2.Plan(ctx, desired); rt.Calls("Inspect") != 0 || len(p.Changes()) != 1 {
+		t.Errorf("restored Reconciler: %v with %d inspects", kinds(p), rt.Calls("Inspect"))
+	}
+}
+
+func labelledAs(r spec.Rendered, digestLabel, record string) spec.Rendered {
+	r.Labels = map[string]string{reconcile.LabelManaged: "true", digest.LabelDigest: digestLabel, digest.LabelRecord: record}
+	return r
+}
+
+// TestOlderRecordStillMatches: a container whose record label differs in
+// form from what this meshhost writes, but whose digest (judged by its own
+// version) still matches, is kept: changing meshhost never replaces a
+// container by itself.
+func TestOlderRecordStillMatches(t *testing.T) {
+	ctx := context.Background()
+	rt := memory.New(memory.Options{})
+	d := render(t, container("gitea", "gitea:1"), nil, resolveMode)
+	// The same settings, written as another meshhost might have: spaced JSON.
+	record := strings.Replace(digest.Record(d), `":"`, `": "`, -1)
+	if record == digest.Record(d) {
+		t.Fatal("test is broken: record unchanged")
+	}
+	id, _ := rt.Create(ctx, labelledAs(d, digest.Of(d), record))
+	rt.Start(ctx, id)
+	r := newReconciler(t, rt, nil)
+	rt.ResetCalls()
+	p, err := r.Plan(ctx, []spec.Rendered{d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Changes()) != 0 || rt.Calls("Inspect") != 0 {
+		t.Errorf("plan = %v with %d inspects, want keep without inspecting", kinds(p), rt.Calls("Inspect"))
+	}
+}
+
+// TestIncident replays the incident: one routed name added to the roster.
+// In copy mode every container carries the roster, so every one is
+// replaced (and the budget is what stops the storm); in resolve mode none is.
+func TestIncident(t *testing.T) {
+	var cs []spec.Container
+	for _, n := range []string{"postgres", "registry", "edge", "mail", "identity", "gitea", "redis", "vault"} {
+		cs = append(cs, container(n, n+":1"))
+	}
+	before := roster(7, "gitea.novox.internal", "vault.hub.internal")
+	after := roster(8, "gitea.novox.internal", "vault.hub.internal")
+	after.Names["searxng.zurag.be"] = before.Names["gitea.novox.internal"][:0:0]
+	after.Names["searxng.zurag.be"] = append(after.Names["searxng.zurag.be"], mustAddr("100.64.0.9"))
+
+	for _, tc := range []struct {
+		mode         spec.Mode
+		wantReplaced int
+	}{
+		{spec.Mode{Names: spec.Copy}, len(cs)},
+		{resolveMode, 0},
+	} {
+		t.Run(string(tc.mode.Names), func(t *testing.T) {
+			ctx := context.Background()
+			rt := memory.New(memory.Options{})
+			r := newReconciler(t, rt, nil)
+			mustReconcile(t, r, renderAll(t, cs, before, tc.mode))
+			idsBefore := ids(rt)
+			p, err := r.Plan(ctx, renderAll(t, cs, after, tc.mode))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Count(reconcile.Replace); got != tc.wantReplaced {
+				t.Errorf("plan replaces %d, want %d", got, tc.wantReplaced)
+			}
+			for _, a := range p.Changes() {
+				if want := "hosts: +searxng.zurag.be=100.64.0.9"; a.Reason != want {
+					t.Errorf("%s: reason %q, want %q", a.Name, a.Reason, want)
+				}
+			}
+			if _, err := r.Apply(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			changed := 0
+			for name, id := range ids(rt) {
+				if idsBefore[name] != id {
+					changed++
+				}
+			}
+			if changed != tc.wantReplaced {
+				t.Errorf("%d container IDs changed, want %d", changed, tc.wantReplaced)
+			}
+		})
+	}
+
+	// With the default budget, the copy-mode storm is three containers a
+	// minute, the rest deferred.
+	rt := memory.New(memory.Options{})
+	clock := newClock()
+	r := newReconciler(t, rt, func(c *reconcile.Config) { c.Budget, c.Now = reconcile.DefaultBudget, clock.Now })
+	mustReconcile(t, r, renderAll(t, cs, before, spec.Mode{Names: spec.Copy}))
+	res := mustReconcile(t, r, renderAll(t, cs, after, spec.Mode{Names: spec.Copy}))
+	if res.Count(reconcile.Replace) != 3 || res.Deferred != len(cs)-3 {
+		t.Errorf("default budget: replaced %d, deferred %d; want 3, %d", res.Count(reconcile.Replace), res.Deferred, len(cs)-3)
+	}
+}

@@ -1,0 +1,268 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/meshhost/meshhost/digest"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Reconcile plans and applies one pass.
+func (r *Reconciler) Reconcile(ctx context.Context, desired []spec.Rendered) (*Result, error) {
+	p, err := r.Plan(ctx, desired)
+	if err != nil {
+		return nil, err
+	}
+	return r.Apply(ctx, p)
+}
+
+// Apply carries out p: removals first (dependants before their
+// dependencies), then the declared containers, each after its dependencies
+// are done (and healthy, when they have a healthcheck and were just
+// started), with at most Config.Concurrency actions at once. Replacements
+// beyond the budget are deferred (Outcome.Deferred). An action whose
+// dependency failed is not attempted.
+//
+// Apply returns a Result in every case, and an error joining the errors of
+// every failed action.
+func (r *Reconciler) Apply(ctx context.Context, p *Plan) (*Result, error) {
+	start := r.now()
+	res := &Result{Start: start, Outcomes: make([]Outcome, len(p.Actions))}
+	for i, a := range p.Actions {
+		res.Outcomes[i].Action = a
+	}
+	r.charge(res)
+	r.run(ctx, res)
+	res.Duration = r.now().Sub(start)
+	r.metrics.passDuration.Observe(res.Duration.Seconds())
+	r.metrics.budgetUsed.Set(float64(len(r.BudgetUsed())))
+	if r.cfg.Journal != nil {
+		if err := r.record(res); err != nil {
+			r.log.Warn("recording the pass in the journal", "err", err)
+		}
+	}
+	return res, res.Err()
+}
+
+// charge takes a budget token for each replacement in order, and defers the
+// replacements beyond the budget.
+func (r *Reconciler) charge(res *Result) {
+	for i := range res.Outcomes {
+		o := &res.Outcomes[i]
+		if o.Kind != Replace || r.state.take(r.now()) {
+			continue
+		}
+		o.Deferred = true
+		res.Deferred++
+		r.metrics.deferred.Inc()
+	}
+}
+
+// run carries out the outcomes' actions in two phases, removals then the
+// rest. Within a phase, actions are launched in plan order and wait only
+// for actions launched before them, so the concurrency limit cannot
+// deadlock.
+func (r *Reconciler) run(ctx context.Context, res *Result) {
+	var removals, rest []int
+	for i, o := range res.Outcomes {
+		if o.Kind == Remove {
+			removals = append(removals, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	needHealthy := map[string]bool{}
+	for _, o := range res.Outcomes {
+		if o.Kind != Keep && o.Kind != Conflict && o.Kind != Remove {
+			for _, d := range o.DependsOn {
+				needHealthy[d] = true
+			}
+		}
+	}
+	for _, phase := range [][]int{removals, rest} {
+		done := make(map[string]chan struct{}, len(phase))
+		failed := make(map[string]*Outcome, len(phase))
+		var g errgroup.Group
+		g.SetLimit(r.cfg.Concurrency)
+		for _, i := range phase {
+			if o := &res.Outcomes[i]; o.Kind != Keep && o.Kind != Conflict {
+				done[o.Name], failed[o.Name] = make(chan struct{}), o
+			}
+		}
+		for _, i := range phase {
+			o := &res.Outcomes[i]
+			ch, ok := done[o.Name]
+			if !ok {
+				r.finish(o, nil) // nothing to do: don't take a slot
+				continue
+			}
+			g.Go(func() error {
+				defer close(ch)
+				if err := r.waitFor(ctx, o, done, failed); err != nil {
+					r.finish(o, err)
+					return nil
+				}
+				began := r.now()
+				err := r.do(ctx, o, needHealthy[o.Name])
+				o.Duration = r.now().Sub(began)
+				r.finish(o, err)
+				return nil
+			})
+		}
+		g.Wait()
+	}
+}
+
+// waitFor waits until every dependency of o in this phase is done, and
+// fails if one of them failed.
+func (r *Reconciler) waitFor(ctx context.Context, o *Outcome, done map[string]chan struct{}, failed map[string]*Outcome) error {
+	for _, dep := range o.DependsOn {
+		ch, ok := done[dep]
+		if !ok {
+			continue // nothing to do for it this pass
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%s %q: waiting for %q: %w", o.Kind, o.Name, dep, ctx.Err())
+		}
+		if failed[dep].Err != nil {
+			return fmt.Errorf("%s %q: not attempted: dependency %q failed", o.Kind, o.Name, dep)
+		}
+	}
+	return ctx.Err()
+}
+
+// finish logs and counts one outcome.
+func (r *Reconciler) finish(o *Outcome, err error) {
+	o.Err = err
+	attrs := []any{"container", o.Name, "kind", string(o.Kind), "reason", o.Reason, "duration", o.Duration}
+	if o.NewID != "" {
+		attrs = append(attrs, "id", o.NewID)
+	}
+	switch {
+	case err != nil:
+		r.metrics.errors.WithLabelValues(string(o.Kind)).Inc()
+		r.log.Error("reconcile action failed", append(attrs, "err", err)...)
+	case o.Deferred:
+		r.log.Warn("replacement deferred: budget spent", append(attrs, "budget", fmt.Sprintf("%d per %v", r.cfg.Budget.Max, r.cfg.Budget.Window))...)
+	default:
+		r.metrics.actions.WithLabelValues(string(o.Kind)).Inc()
+		if o.Kind == Replace || o.Kind == Resume {
+			r.metrics.replacements.Inc()
+		}
+		level := slog.LevelInfo
+		if o.Kind == Keep {
+			level = slog.LevelDebug
+		}
+		r.log.Log(context.Background(), level, "reconcile action", attrs...)
+	}
+}
+
+// do carries out one action.
+func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
+	d := o.Desired
+	switch o.Kind {
+	case Create:
+		id, err := r.rt.Create(ctx, labelled(*d))
+		if err != nil {
+			return fmt.Errorf("creating %q: %w", o.Name, err)
+		}
+		o.NewID = id
+		return r.start(ctx, "creating", o.Name, id, d, healthy)
+	case Start:
+		return r.start(ctx, "starting", o.Name, o.ID, d, healthy)
+	case Replace:
+		if o.Deferred {
+			if o.Running {
+				return nil
+			}
+			return r.start(ctx, "starting (replacement deferred)", o.Name, o.ID, nil, false)
+		}
+		id, err := r.replace(ctx, o)
+		o.NewID = id
+		return err
+	case Resume:
+		id, err := r.complete(ctx, "finishing the replacement of", o.Action, o.AsideID, o.ID)
+		o.NewID = id
+		return err
+	case Rollback:
+		if err := r.restore(ctx, o.Name, o.AsideID, o.ID, o.StopTimeout); err != nil {
+			return fmt.Errorf("rolling back the replacement of %q: %w", o.Name, err)
+		}
+		o.NewID = o.AsideID
+		return r.waitIf(ctx, "rolling back", o.Name, o.AsideID, d, healthy)
+	case Update:
+		if err := r.rt.Update(ctx, o.ID, d.Resources); err != nil {
+			return fmt.Errorf("updating %q in place: %w", o.Name, err)
+		}
+		r.state.setUpdated(o.ID, d.Resources)
+		if o.Running {
+			return nil
+		}
+		return r.start(ctx, "updating", o.Name, o.ID, d, healthy)
+	case Adopt:
+		if len(o.Changes) > 0 {
+			if err := r.rt.Update(ctx, o.ID, d.Resources); err != nil {
+				return fmt.Errorf("adopting %q: updating in place: %w", o.Name, err)
+			}
+		}
+		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: digest.Of(*d), Record: digest.Record(*d)})
+		if o.Running {
+			return nil
+		}
+		return r.start(ctx, "adopting", o.Name, o.ID, d, healthy)
+	case Remove:
+		if err := r.stop(ctx, o.ID, o.StopTimeout); err != nil {
+			return fmt.Errorf("removing %q: stopping: %w", o.Name, err)
+		}
+		if err := r.rt.Remove(ctx, o.ID); err != nil {
+			return fmt.Errorf("removing %q: %w", o.Name, err)
+		}
+		return nil
+	}
+	return nil
+}
+
+// start starts container id and, when healthy is set and d has a
+// healthcheck, waits until it is healthy.
+func (r *Reconciler) start(ctx context.Context, op, name, id string, d *spec.Rendered, healthy bool) error {
+	if err := r.rt.Start(ctx, id); err != nil {
+		return fmt.Errorf("%s %q: starting: %w", op, name, err)
+	}
+	return r.waitIf(ctx, op, name, id, d, healthy)
+}
+
+func (r *Reconciler) waitIf(ctx context.Context, op, name, id string, d *spec.Rendered, healthy bool) error {
+	if !healthy || d == nil || d.Healthcheck == nil {
+		return nil
+	}
+	if err := r.waitHealthy(ctx, id); err != nil {
+		return fmt.Errorf("%s %q: %w", op, name, err)
+	}
+	return nil
+}
+
+// stop stops container id with its own signal, waiting timeout before the
+// runtime kills it. A zero timeout is unknown: the container's is read by
+// inspecting it.
+func (r *Reconciler) stop(ctx context.Context, id string, timeout time.Duration) error {
+	if timeout == 0 {
+		ins, err := r.rt.Inspect(ctx, id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return err
+		case err == nil && ins.Settings.StopTimeout > 0:
+			timeout = ins.Settings.StopTimeout
+		default:
+			timeout = spec.DefaultStopTimeout
+		}
+	}
+	return r.rt.Stop(ctx, id, timeout)
+}

@@ -1,0 +1,71 @@
+package memory_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/reconcile/memory"
+	"github.com/meshhost/meshhost/spec"
+)
+
+func TestRuntime(t *testing.T) {
+	ctx := context.Background()
+	m := memory.New(memory.Options{})
+	r := spec.Rendered{Container: spec.Container{Name: "db", Image: "pg", StopSignal: "SIGINT", StopTimeout: time.Minute,
+		Mounts: []spec.Mount{{Type: spec.MountVolume, Source: "pgdata", Target: "/d"}}}}
+	id, err := m.Create(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, r); !errors.Is(err, reconcile.ErrNameInUse) {
+		t.Errorf("Create(same name) = %v, want ErrNameInUse", err)
+	}
+	m.Start(ctx, id)
+	if err := m.Remove(ctx, id); err == nil {
+		t.Error("Remove(running) = nil, want an error")
+	}
+	m.Stop(ctx, id, 90*time.Second)
+	if got := m.Stops(); len(got) != 1 || got[0].Signal != "SIGINT" || got[0].Timeout != 90*time.Second {
+		t.Errorf("Stops() = %+v", got)
+	}
+	if err := m.Rename(ctx, id, "db.old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Inspect(ctx, id); !errors.Is(err, reconcile.ErrNotFound) {
+		t.Errorf("Inspect(removed) = %v, want ErrNotFound", err)
+	}
+	if v := m.Volumes(); len(v) != 1 || v[0] != "pgdata" {
+		t.Errorf("Volumes() = %v, want pgdata kept", v)
+	}
+}
+
+func TestFaults(t *testing.T) {
+	ctx := context.Background()
+	m := memory.New(memory.Options{})
+	m.Inject(memory.Fault{Method: "Create", N: 2, After: true, Crash: true})
+	if _, err := m.Create(ctx, spec.Rendered{Container: spec.Container{Name: "a"}}); err != nil {
+		t.Fatalf("first Create: %v", err)
+	}
+	if _, err := m.Create(ctx, spec.Rendered{Container: spec.Container{Name: "b"}}); !errors.Is(err, memory.ErrInjected) {
+		t.Fatalf("second Create = %v, want ErrInjected", err)
+	}
+	if _, ok := m.Container("b"); !ok {
+		t.Error("an After fault: the call did not take effect")
+	}
+	if _, err := m.List(ctx); !errors.Is(err, memory.ErrInjected) {
+		t.Errorf("List after a crash = %v, want ErrInjected", err)
+	}
+	m.Recover()
+	if _, err := m.List(ctx); err != nil {
+		t.Errorf("List after Recover = %v", err)
+	}
+	if got := m.CallCounts(); got["Create"] != 2 || got["List"] != 2 {
+		t.Errorf("CallCounts() = %v", got)
+	}
+}

@@ -1,0 +1,200 @@
+package podman
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// TestInspectReportsWhatWasCreated creates a container using every field
+// spec has, on a test network with an alias and static addresses, and checks
+// field by field that Inspect maps podman's report back to what was
+// declared; then a container declaring nothing, for what podman adds.
+func TestInspectReportsWhatWasCreated(t *testing.T) {
+	rt, h := newRuntime(t, RunHealthchecks())
+	netName := h.Network("net", "--ipv6")
+	nets, err := rt.Networks(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ipv4, ipv6 netip.Addr
+	for _, n := range nets {
+		if n.Name != netName {
+			continue
+		}
+		for _, s := range n.Subnets {
+			// The gateway plus 9: inside the subnet, not the gateway.
+			a := s.Gateway
+			for range 9 {
+				a = a.Next()
+			}
+			if s.Prefix.Addr().Is4() {
+				ipv4 = a
+			} else {
+				ipv6 = a
+			}
+		}
+		if !n.DNSEnabled || !n.IPv6 || n.Driver != "bridge" {
+			t.Errorf("Networks() reports %+v; want a DNS-enabled IPv6 bridge", n)
+		}
+	}
+	if !ipv4.IsValid() || !ipv6.IsValid() {
+		t.Fatalf("Networks() = %+v; want %s with a v4 and a v6 subnet", nets, netName)
+	}
+
+	bindDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bindDir, "f"), []byte("bound\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := spec.Container{
+		Name: "full",
+		// Arguments with spaces: podman 4 reports the entrypoint as one
+		// space-joined string.
+		Entrypoint: []string{"/bin/sh", "-c", `echo "a  b"; exec sleep "$0"`},
+		Command:    []string{"300"},
+		Env:        map[string]string{"FOO": "bar", "SPACED": "a b=c"},
+		WorkingDir: "/tmp",
+		User:       "1000:1000",
+		Labels:     map[string]string{"org.example.role": "db"},
+		Ports:      []spec.Port{{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: freePort(t), ContainerPort: 80}, {HostPort: freePort(t), ContainerPort: 53, Protocol: "udp"}},
+		Mounts: []spec.Mount{
+			{Type: spec.MountVolume, Source: h.Name("data"), Target: "/data"},
+			{Type: spec.MountVolume, Source: h.Name("conf"), Target: "/conf", ReadOnly: true},
+			{Type: spec.MountBind, Source: bindDir, Target: "/bind", ReadOnly: true},
+			{Type: spec.MountBind, Source: bindDir, Target: "/bind-rw"},
+			{Type: spec.MountTmpfs, Target: "/scratch"},
+			{Type: spec.MountTmpfs, Target: "/scratch-ro", ReadOnly: true},
+		},
+		Networks:    []spec.NetworkAttachment{{Name: netName, Aliases: []string{"db", "postgres"}, IPv4: ipv4, IPv6: ipv6}},
+		Restart:     spec.RestartPolicy{Name: "on-failure", MaxRetries: 3},
+		StopSignal:  "SIGINT",
+		StopTimeout: 42 * time.Second,
+		Healthcheck: &spec.Healthcheck{Test: []string{"sh", "-c", "test -d /data"}, Interval: 5 * time.Second, Timeout: 2 * time.Second, StartPeriod: time.Second, Retries: 2},
+		Resources:   spec.Resources{MemoryBytes: 64 << 20, MilliCPUs: 500, PidsLimit: 100},
+		CapAdd:      []string{"NET_ADMIN"},
+		CapDrop:     []string{"CHOWN", "MKNOD"},
+	}
+	resolve := spec.Mode{Names: spec.Resolve, DNS: spec.DNSConfig{Servers: []netip.Addr{ipv4}, Search: []string{"mesh.internal"}, Options: []string{"ndots:1"}}}
+	want := render(t, h, c, nil, resolve)
+	id := createStarted(t, rt, want)
+
+	if got := h.Exec(id, "cat", "/bind/f"); got != "bound\n" {
+		t.Errorf("the bind mount reads %q, want %q", got, "bound\n")
+	}
+	in, err := rt.Inspect(ctx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := in.Settings
+	for _, f := range []struct {
+		field string
+		get   func(spec.Rendered) any
+	}{
+		{"name", func(r spec.Rendered) any { return r.Name }},
+		{"image", func(r spec.Rendered) any { return r.Image }},
+		{"entrypoint", func(r spec.Rendered) any { return r.Entrypoint }},
+		{"command", func(r spec.Rendered) any { return r.Command }},
+		{"working_dir", func(r spec.Rendered) any { return r.WorkingDir }},
+		{"user", func(r spec.Rendered) any { return r.User }},
+		{"labels", func(r spec.Rendered) any { return r.Labels }},
+		{"ports", func(r spec.Rendered) any { return r.Ports }},
+		{"mounts", func(r spec.Rendered) any { return r.Mounts }},
+		{"networks", func(r spec.Rendered) any { return r.Networks }},
+		{"restart", func(r spec.Rendered) any { return r.Restart }},
+		{"stop_signal", func(r spec.Rendered) any { return r.StopSignal }},
+		{"stop_timeout", func(r spec.Rendered) any { return r.StopTimeout }},
+		{"healthcheck", func(r spec.Rendered) any { return r.Healthcheck }},
+		{"resources", func(r spec.Rendered) any { return r.Resources }},
+		{"cap_add", func(r spec.Rendered) any { return r.CapAdd }},
+		{"cap_drop", func(r spec.Rendered) any { return r.CapDrop }},
+		{"hosts", func(r spec.Rendered) any { return r.Hosts }},
+		{"dns", func(r spec.Rendered) any { return r.DNS }},
+		{"mode", func(r spec.Rendered) any { return r.Mode }},
+		// env: podman adds its own, checked below.
+	} {
+		if diff := cmp.Diff(f.get(want), f.get(got), cmpOpts); diff != "" {
+			t.Errorf("Inspect: %s differs from what was created (-created +inspected):\n%s", f.field, diff)
+		}
+		if m, ok := spec.MutabilityOf(f.field); !ok && f.field != "mode" || m == spec.OrderOnly {
+			t.Errorf("field %q: spec.Fields says %q, %v", f.field, m, ok)
+		}
+	}
+	for k, v := range want.Env {
+		if got.Env[k] != v {
+			t.Errorf("Inspect: env %s = %q, want %q", k, got.Env[k], v)
+		}
+	}
+	var added []string
+	for k := range got.Env {
+		if _, ok := want.Env[k]; !ok {
+			added = append(added, k)
+		}
+	}
+	slices.Sort(added)
+	if wantAdded := []string{"HOSTNAME", "PATH", "TERM", "container"}; !slices.Equal(added, wantAdded) {
+		t.Errorf("podman added env %v; the package doc lists %v", added, wantAdded)
+	}
+	if in.State != reconcile.StateRunning || in.StartedAt.IsZero() || !in.FinishedAt.IsZero() || in.ID != id || in.Name != want.Name {
+		t.Errorf("Inspect: %+v; want running, started, not finished, id %s, name %s", in.Observed, id, want.Name)
+	}
+	if in.Health != reconcile.HealthHealthy {
+		t.Errorf("Inspect: health %q, want %q (RunHealthchecks runs the check)", in.Health, reconcile.HealthHealthy)
+	}
+	if n := rt.Calls()["Healthcheck"]; n != 1 {
+		t.Errorf("Calls()[Healthcheck] = %d, want 1", n)
+	}
+
+	t.Run("defaults", func(t *testing.T) {
+		r := render(t, h, sleeper("plain"), testRoster(t), spec.Mode{Names: spec.Copy})
+		id, err := rt.Create(ctx(t), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := rt.Inspect(ctx(t), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := in.Settings
+		if in.State != reconcile.StateCreated || !in.StartedAt.IsZero() || in.Health != reconcile.HealthNone {
+			t.Errorf("Inspect of a created container: %+v, health %q; want created, never started, no health", in.Observed, in.Health)
+		}
+		// What podman adds or reports for a container that declares nothing:
+		// the default network (no address before it starts), the default
+		// stop signal and timeout, restart "no", no limits (pids: unlimited,
+		// as Create asks), working dir "/".
+		for _, f := range []struct {
+			field     string
+			got, want any
+		}{
+			{"networks", got.Networks, []spec.NetworkAttachment{{Name: "podman"}}},
+			{"stop_signal", got.StopSignal, "SIGTERM"},
+			{"stop_timeout", got.StopTimeout, spec.DefaultStopTimeout},
+			{"restart", got.Restart, spec.RestartPolicy{Name: "no"}},
+			{"resources", got.Resources, spec.Resources{}},
+			{"working_dir", got.WorkingDir, "/"},
+			{"entrypoint", got.Entrypoint, []string(nil)},
+			{"command", got.Command, r.Command},
+			{"hosts", got.Hosts, r.Hosts},
+			{"mode", got.Mode, spec.Copy},
+			{"mounts", got.Mounts, []spec.Mount(nil)},
+			{"cap_add", got.CapAdd, []string(nil)},
+			{"healthcheck", got.Healthcheck, (*spec.Healthcheck)(nil)},
+		} {
+			if diff := cmp.Diff(f.want, f.got, cmpOpts); diff != "" {
+				t.Errorf("Inspect of a plain container: %s (-want +got):\n%s", f.field, diff)
+			}
+		}
+		if !strings.HasPrefix(got.Env["PATH"], "/usr/local/sbin") {
+			t.Errorf("Inspect: env PATH = %q, want podman's default", got.Env["PATH"])
+		}
+	})
+}

@@ -1,0 +1,102 @@
+package reconcile
+
+import (
+	"cmp"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshhost/meshhost/internal/journal"
+)
+
+// Config is what a Reconciler needs. Runtime is required; every other field
+// has a default.
+type Config struct {
+	Runtime Runtime
+	// Logger receives a line for every action: container, kind, reason,
+	// duration. Nil discards.
+	Logger *slog.Logger
+	// Registerer receives the reconciler's metrics. Nil registers none.
+	Registerer prometheus.Registerer
+	// Concurrency bounds the runtime calls in flight. Default 4.
+	Concurrency int
+	// Budget bounds replacements per window. Default DefaultBudget.
+	Budget Budget
+	// BudgetUsed restores the start times of replacements made by an
+	// earlier Reconciler (see Reconciler.BudgetUsed), so that a restart does
+	// not reset the budget.
+	BudgetUsed []time.Time
+	// Adoptions restores adoptions made by an earlier Reconciler (see
+	// Reconciler.Adoptions).
+	Adoptions []Adoption
+	// Now is the clock for the budget and durations. Nil: time.Now.
+	Now func() time.Time
+	// HealthTimeout bounds the wait for a new container with a healthcheck
+	// to become healthy. Default 5 minutes.
+	HealthTimeout time.Duration
+	// HealthPoll is how often that wait inspects the container. Default 1s.
+	HealthPoll time.Duration
+	// Journal, when set, records every pass that changed something.
+	Journal *journal.Journal
+}
+
+// Budget bounds replacements: at most Max may begin within any Window.
+// Replacements beyond it are deferred to a later pass. Creating a missing
+// container is never charged; every replacement is, whatever its reason
+// (a name mode switch included).
+type Budget struct {
+	Max    int
+	Window time.Duration
+}
+
+// DefaultBudget is conservative: three replacements a minute replaces a
+// 40-container machine in a quarter of an hour, and never as a storm.
+var DefaultBudget = Budget{Max: 3, Window: time.Minute}
+
+// Reconciler plans and applies passes over one machine's runtime. Its
+// methods may be called from several goroutines, but passes are meant to
+// run one at a time: the budget and adoptions it keeps are shared by all.
+type Reconciler struct {
+	cfg     Config
+	rt      Runtime
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+	state   state
+}
+
+// New returns a Reconciler for cfg.
+func New(cfg Config) (*Reconciler, error) {
+	if cfg.Runtime == nil {
+		return nil, errors.New("reconcile: Config.Runtime is required")
+	}
+	if cfg.Budget == (Budget{}) {
+		cfg.Budget = DefaultBudget
+	}
+	if cfg.Budget.Max < 0 || cfg.Budget.Window <= 0 {
+		return nil, errors.New("reconcile: Config.Budget needs Max >= 0 and a positive Window")
+	}
+	cfg.Concurrency = cmp.Or(max(cfg.Concurrency, 0), 4)
+	cfg.HealthTimeout = cmp.Or(cfg.HealthTimeout, 5*time.Minute)
+	cfg.HealthPoll = cmp.Or(cfg.HealthPoll, time.Second)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reconciler{
+		cfg: cfg, rt: cfg.Runtime, log: log.With("component", "reconcile"), now: cfg.Now, metrics: m,
+	}
+	r.state.init(cfg)
+	m.budgetUsed.Set(float64(len(r.BudgetUsed())))
+	return r, nil
+}

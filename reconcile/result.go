@@ -1,0 +1,54 @@
+package reconcile
+
+import (
+	"errors"
+	"time"
+)
+
+// Result is what Apply did.
+type Result struct {
+	// Outcomes has one entry per action of the plan, in the plan's order.
+	Outcomes []Outcome
+	// Deferred counts replacements left for a later pass by the budget.
+	Deferred int
+	Start    time.Time
+	Duration time.Duration
+}
+
+// Outcome is what became of one Action.
+type Outcome struct {
+	Action
+	// Err says what failed, naming the container and the step:
+	// `replacing "gitea": starting new container: ...`.
+	Err error
+	// Deferred reports a replacement the budget left for a later pass. A
+	// deferred container that was not running is started as it is.
+	Deferred bool
+	// NewID is the container now holding the name, when the action created
+	// one (Create, Replace, Resume).
+	NewID    string
+	Duration time.Duration
+}
+
+// Err joins the errors of every failed action, or returns nil.
+func (r *Result) Err() error {
+	var errs []error
+	for _, o := range r.Outcomes {
+		if o.Err != nil {
+			errs = append(errs, o.Err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Count returns how many actions of kind k completed without error and
+// were not deferred.
+func (r *Result) Count(k Kind) int {
+	n := 0
+	for _, o := range r.Outcomes {
+		if o.Kind == k && o.Err == nil && !o.Deferred {
+			n++
+		}
+	}
+	return n
+}

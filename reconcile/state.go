@@ -1,0 +1,107 @@
+package reconcile
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/meshhost/meshhost/spec"
+)
+
+// state is what a Reconciler remembers between passes.
+type state struct {
+	budget Budget
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	used    []time.Time               // start times of replacements, oldest first
+	adopted map[string]Adoption       // by container ID
+	updated map[string]spec.Resources // by container ID: resources set in place since creation
+}
+
+func (s *state) init(cfg Config) {
+	s.budget = cfg.Budget
+	s.used = slices.Clone(cfg.BudgetUsed)
+	slices.SortFunc(s.used, time.Time.Compare)
+	s.adopted = map[string]Adoption{}
+	for _, a := range cfg.Adoptions {
+		s.adopted[a.ID] = a
+	}
+	s.updated = map[string]spec.Resources{}
+}
+
+// snapshot forgets containers that no longer exist and returns copies of
+// what the planner reads.
+func (s *state) snapshot(observed []Observed) (map[string]Adoption, map[string]spec.Resources) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.adopted)+len(s.updated) == 0 {
+		return nil, nil
+	}
+	exists := make(map[string]bool, len(observed))
+	for _, o := range observed {
+		exists[o.ID] = true
+	}
+	maps.DeleteFunc(s.adopted, func(id string, _ Adoption) bool { return !exists[id] })
+	maps.DeleteFunc(s.updated, func(id string, _ spec.Resources) bool { return !exists[id] })
+	return maps.Clone(s.adopted), maps.Clone(s.updated)
+}
+
+// take charges one replacement at now to the budget, or reports false when
+// the budget for the window is spent.
+func (s *state) take(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.prune(now)
+	if len(s.used) >= s.budget.Max {
+		return false
+	}
+	s.used = append(s.used, now)
+	return true
+}
+
+// prune drops replacements older than the window. mu must be held.
+func (s *state) prune(now time.Time) {
+	cut := now.Add(-s.budget.Window)
+	i := 0
+	for i < len(s.used) && !s.used[i].After(cut) {
+		i++
+	}
+	s.used = s.used[i:]
+}
+
+func (s *state) usedAt(now time.Time) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.prune(now)
+	return slices.Clone(s.used)
+}
+
+func (s *state) adopt(a Adoption) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.adopted[a.ID] = a
+}
+
+func (s *state) setUpdated(id string, res spec.Resources) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.updated[id] = res
+}
+
+// BudgetUsed returns the start times of the replacements within the current
+// budget window, oldest first, for an agent that persists the budget across
+// restarts (Config.BudgetUsed).
+func (r *Reconciler) BudgetUsed() []time.Time { return r.state.usedAt(r.now()) }
+
+// Adoptions returns the containers this Reconciler adopted that still
+// exist, by name, for an agent that persists them (Config.Adoptions).
+func (r *Reconciler) Adoptions() []Adoption {
+	r.state.mu.Lock()
+	defer r.state.mu.Unlock()
+	out := slices.Collect(maps.Values(r.state.adopted))
+	slices.SortFunc(out, func(a, b Adoption) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
