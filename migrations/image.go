@@ -1,6 +1,7 @@
 package migrations
 
 import (
+	"debug/elf"
 	"archive/tar"
 	"bytes"
 	"context"
@@ -42,6 +43,9 @@ func ProbeImage(ctx context.Context, rt ImageRuntime, path string) (string, erro
 	bin, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("reading the probe binary: %w", err)
+	}
+	if err := checkStatic(path, bin); err != nil {
+		return "", err
 	}
 	sum := sha256.Sum256(bin)
 	ref := ProbeImageRepo + ":" + hex.EncodeToString(sum[:8])
@@ -112,4 +116,21 @@ func FindProbeBinary() (string, error) {
 		return p, nil
 	}
 	return "", errors.New("no meshprobe binary: build it (CGO_ENABLED=0 go build -trimpath -o meshprobe ./cmd/meshprobe) next to meshhost, or set " + EnvProbeBinary)
+}
+
+// checkStatic refuses a dynamically linked probe binary: the probe image has
+// no libc, and such a binary fails inside it with a bare "no such file or
+// directory", which would read as an unreachable resolver.
+func checkStatic(path string, bin []byte) error {
+	f, err := elf.NewFile(bytes.NewReader(bin))
+	if err != nil {
+		return fmt.Errorf("the probe binary %s is not an ELF executable: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("the probe binary %s is dynamically linked; build it with CGO_ENABLED=0 go build ./cmd/meshprobe", path)
+		}
+	}
+	return nil
 }

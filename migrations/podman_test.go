@@ -186,6 +186,7 @@ var (
 func setup(t *testing.T) *env {
 	t.Helper()
 	h := podmantest.New(t)
+	podmantest.Exclusive(t) // binds gateways and the node-local address
 	ctx := context.Background()
 	p, err := podman.New(ctx, h.Socket(), nil)
 	if err != nil {

@@ -170,7 +170,7 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 	d := o.Desired
 	switch o.Kind {
 	case Create:
-		id, err := r.rt.Create(ctx, labelled(*d))
+		id, err := r.rt.Create(ctx, labelled(*d, r.cfg.Owner))
 		if err != nil {
 			return fmt.Errorf("creating %q: %w", o.Name, err)
 		}

@@ -9,11 +9,16 @@ import (
 )
 
 // Labels meshhost puts on every container it creates, besides
-// digest.LabelDigest and digest.LabelRecord. A container is managed by
-// meshhost exactly when it carries LabelManaged="true" (or was adopted): only
-// managed containers are ever stopped, replaced or removed.
+// digest.LabelDigest and digest.LabelRecord. A container is managed by a
+// Reconciler exactly when it carries LabelManaged="true" and LabelOwner equal
+// to the Reconciler's Config.Owner (or was adopted by it): only managed
+// containers are ever stopped, replaced or removed.
 const (
 	LabelManaged = spec.LabelPrefix + "managed"
+	// LabelOwner names the reconciler owning the container (the agent sets
+	// its machine's name), so that two reconcilers sharing a runtime, as
+	// tests running side by side do, never remove each other's containers.
+	LabelOwner = spec.LabelPrefix + "owner"
 	// LabelDependsOn lists the container's dependencies, comma-separated,
 	// so that removing containers no longer declared can go dependants first.
 	LabelDependsOn = spec.LabelPrefix + "depends-on"
@@ -26,11 +31,14 @@ const (
 const AsideSuffix = ".meshhost-old"
 
 // labelled returns r with meshhost's labels added, as Create receives it.
-func labelled(r spec.Rendered) spec.Rendered {
+func labelled(r spec.Rendered, owner string) spec.Rendered {
 	out := r
-	out.Labels = make(map[string]string, len(r.Labels)+4)
+	out.Labels = make(map[string]string, len(r.Labels)+5)
 	maps.Copy(out.Labels, r.Labels)
 	out.Labels[LabelManaged] = "true"
+	if owner != "" {
+		out.Labels[LabelOwner] = owner
+	}
 	out.Labels[digest.LabelDigest] = digest.Of(r)
 	out.Labels[digest.LabelRecord] = digest.Record(r)
 	if len(r.DependsOn) > 0 {
@@ -46,12 +54,12 @@ type identity struct {
 	digest, record string
 }
 
-func identityOf(o *Observed, adopted map[string]Adoption) identity {
+func identityOf(o *Observed, adopted map[string]Adoption, owner string) identity {
 	if a, ok := adopted[o.ID]; ok {
 		return identity{managed: true, digest: a.Digest, record: a.Record}
 	}
 	return identity{
-		managed: o.Labels[LabelManaged] == "true",
+		managed: ownedBy(o, owner),
 		digest:  o.Labels[digest.LabelDigest],
 		record:  o.Labels[digest.LabelRecord],
 	}
@@ -63,4 +71,9 @@ func dependsOnLabel(o *Observed) []string {
 		return nil
 	}
 	return strings.Split(s, ",")
+}
+
+// ownedBy reports whether o is a managed container of owner's.
+func ownedBy(o *Observed, owner string) bool {
+	return o.Labels[LabelManaged] == "true" && o.Labels[LabelOwner] == owner
 }

@@ -31,7 +31,7 @@ func (r *Reconciler) Plan(ctx context.Context, desired []spec.Rendered) (*Plan, 
 	if err != nil {
 		return nil, fmt.Errorf("planning: listing containers: %w", err)
 	}
-	p := planner{desired: desired, observed: make(map[string]*Observed, len(observed))}
+	p := planner{desired: desired, observed: make(map[string]*Observed, len(observed)), owner: r.cfg.Owner}
 	for i := range observed {
 		p.observed[observed[i].Name] = &observed[i]
 	}
@@ -91,6 +91,7 @@ type planner struct {
 	adopted   map[string]Adoption       // by container ID
 	updated   map[string]spec.Resources // by container ID: resources set in place
 	inspected map[string]Inspected      // by container ID
+	owner     string                    // Config.Owner
 }
 
 // toInspect returns the IDs of containers holding a declared name that
@@ -103,7 +104,7 @@ func (p *planner) toInspect() []string {
 		if o == nil || p.observed[d.Name+AsideSuffix] != nil {
 			continue
 		}
-		if id := identityOf(o, p.adopted); !id.managed || !knownVersion(id.digest) {
+		if id := identityOf(o, p.adopted, p.owner); !id.managed || !knownVersion(id.digest) {
 			ids = append(ids, o.ID)
 		}
 	}
@@ -141,7 +142,7 @@ func (p *planner) removals(unmanaged *int) []Action {
 		switch {
 		case declared[name] || aside && declared[base]:
 			continue // the declared container's own action deals with it
-		case o.Labels[LabelManaged] == "true":
+		case ownedBy(o, p.owner):
 			gone[name] = o
 		default:
 			*unmanaged++
@@ -187,7 +188,7 @@ func (p *planner) actionFor(d *spec.Rendered) Action {
 		return a
 	}
 	a.ID, a.Running = o.ID, o.State == StateRunning
-	id := identityOf(o, p.adopted)
+	id := identityOf(o, p.adopted, p.owner)
 	if !id.managed || !knownVersion(id.digest) {
 		return p.compareFields(a, o, id)
 	}

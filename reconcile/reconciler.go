@@ -16,6 +16,10 @@ import (
 // has a default.
 type Config struct {
 	Runtime Runtime
+	// Owner is written on every container this Reconciler creates
+	// (LabelOwner), and only containers carrying it are ever removed or
+	// replaced. The agent uses its machine's name. Empty is an owner too.
+	Owner string
 	// Logger receives a line for every action: container, kind, reason,
 	// duration. Nil discards.
 	Logger *slog.Logger

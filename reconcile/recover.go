@@ -26,7 +26,7 @@ func (p *planner) recover(a Action, o, aside *Observed) Action {
 	a.AsideID = aside.ID
 	d := a.Desired
 	if o == nil {
-		asideID := identityOf(aside, p.adopted)
+		asideID := identityOf(aside, p.adopted, p.owner)
 		if ok, _ := digest.Matches(asideID.digest, *d); ok && asideID.managed {
 			a.Kind = Rollback
 			a.Reason = fmt.Sprintf("a replacement was interrupted before the new container was created; %q matches the declaration: renaming it back", aside.Name)
@@ -37,7 +37,7 @@ func (p *planner) recover(a Action, o, aside *Observed) Action {
 		return a
 	}
 	a.ID, a.Running = o.ID, o.State == StateRunning
-	id := identityOf(o, p.adopted)
+	id := identityOf(o, p.adopted, p.owner)
 	switch match, _ := p.judge(d, o, id); {
 	case !id.managed:
 		a.Kind = Conflict

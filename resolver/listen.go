@@ -65,7 +65,9 @@ func (s *Server) listen(addr netip.AddrPort) (netip.AddrPort, error) {
 	s.listeners[addr] = l
 	s.publishOwn()
 
-	readers := max(1, min(runtime.GOMAXPROCS(0), 8))
+	// Readers share the one socket (no SO_REUSEPORT, see bind), one per
+	// CPU the runtime uses, up to 4.
+	readers := max(1, min(runtime.GOMAXPROCS(0), 4))
 	for range readers {
 		l.wg.Go(func() { s.serveUDP(l) })
 	}
@@ -121,6 +123,9 @@ func bind(addr netip.AddrPort) (*listener, error) {
 			return nil, inUse(addr, "UDP", err)
 		}
 		udp := pc.(*net.UDPConn)
+		if rc, err := udp.SyscallConn(); err == nil {
+			growRecvBuffer(rc)
+		}
 		bound := udp.LocalAddr().(*net.UDPAddr).AddrPort()
 		bound = netip.AddrPortFrom(bound.Addr().Unmap(), bound.Port())
 		ln, err := lc.Listen(context.Background(), tcpNet, bound.String())

@@ -94,8 +94,8 @@ func (s *Server) serveTCPConn(tc *tcpConn) {
 	ap := tc.c.RemoteAddr().(*net.TCPAddr).AddrPort()
 	client := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	sc := new(scratch)
-	buf := make([]byte, 65535)
-	req := make([]byte, 65535)
+	buf := make([]byte, 4096) // larger replies take the slow path
+	req := make([]byte, 512)
 	var lb [2]byte
 	for {
 		tc.c.SetReadDeadline(time.Now().Add(tcpIdle))
@@ -103,6 +103,9 @@ func (s *Server) serveTCPConn(tc *tcpConn) {
 			return
 		}
 		n := int(binary.BigEndian.Uint16(lb[:]))
+		if n > len(req) {
+			req = make([]byte, n)
+		}
 		if _, err := io.ReadFull(tc.c, req[:n]); err != nil {
 			return
 		}

@@ -2,7 +2,6 @@ package resolver
 
 import (
 	"encoding/binary"
-	"errors"
 	"net/netip"
 	"unsafe"
 
@@ -13,8 +12,12 @@ import (
 const batchSize = 32
 
 // reqBufSize is the largest query read; longer datagrams are dropped. A
-// query is a question and an OPT record, well under this.
-const reqBufSize = 4096
+// query is a question and an OPT record (padded, at worst), well under this.
+const reqBufSize = 2048
+
+// respBufSize is the largest reply the fast path writes in place; a larger
+// one (a name with dozens of addresses) takes the slow path.
+const respBufSize = ednsSize
 
 // mmsghdr is struct mmsghdr of recvmmsg(2); Go's alignment gives it the C
 // layout on 32- and 64-bit platforms alike.
@@ -30,7 +33,7 @@ type udpBatch struct {
 	iovIn, iovOut [batchSize]unix.Iovec
 	names         [batchSize]unix.RawSockaddrInet6 // an IPv4 sockaddr fits too
 	reqs          [batchSize][reqBufSize]byte
-	resps         [batchSize][reqBufSize]byte
+	resps         [batchSize][respBufSize]byte
 }
 
 func newUDPBatch() *udpBatch {
@@ -77,7 +80,7 @@ func (s *Server) serveUDP(l *listener) {
 			return // closed
 		}
 		if errno != 0 {
-			if errors.Is(errno, unix.EBADF) {
+			if errno == unix.EBADF {
 				return
 			}
 			continue // EINTR, ICMP errors reported on the socket, ...
@@ -105,15 +108,13 @@ func (s *Server) serveUDP(l *listener) {
 			nout++
 		}
 		for sent := 0; sent < nout; {
-			var failed bool
 			err := rc.Write(func(fd uintptr) bool {
 				r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.out[sent])), uintptr(nout-sent), unix.MSG_DONTWAIT, 0, 0)
 				if e == unix.EAGAIN {
 					return false
 				}
 				if e != 0 || r == 0 {
-					failed = true // drop this datagram, carry on with the rest
-					sent++
+					sent++ // drop this datagram, carry on with the rest
 					return true
 				}
 				sent += int(r)
@@ -122,7 +123,6 @@ func (s *Server) serveUDP(l *listener) {
 			if err != nil {
 				return
 			}
-			_ = failed
 		}
 		// Forget the large slow-path replies so they can be collected.
 		for i := range nout {

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	declPath := fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes")
 	push := fs.String("push", "", "the controller's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock; \"off\" disables it)")
 	httpAddr := fs.String("http", "127.0.0.1:9469", "where /metrics and /healthz are served (\"off\" disables them)")
+	machine := fs.String("machine", defaultMachine(), "this machine's name in the mesh: declarations for another machine are refused, and only containers it created are ever removed")
 	stateDir := fs.String("state", "/var/lib/meshhost", "state directory: saved declaration and roster, migration state, journal")
 	runtimeKind := fs.String("runtime", "podman", "container runtime: podman, or memory (embedded, for trying the agent out)")
 	socket := fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)")
@@ -97,7 +99,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	if err != nil {
 		return 1, err
 	}
-	source := declsource.New(logger, saved)
+	source := declsource.New(logger, *machine, saved)
 
 	var rt reconcile.Runtime
 	var nets agent.Networks
@@ -153,7 +155,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	}
 	rstate := loadReconcileState(filepath.Join(*stateDir, reconcileStateFile), logger)
 	rec, err := reconcile.New(reconcile.Config{
-		Runtime: rt, Logger: logger, Registerer: reg, Journal: jnl,
+		Runtime: rt, Owner: *machine, Logger: logger, Registerer: reg, Journal: jnl,
 		Budget:     reconcile.Budget{Max: *budget, Window: *window},
 		BudgetUsed: rstate.BudgetUsed, Adoptions: rstate.Adoptions,
 	})
@@ -216,6 +218,14 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		return 1, err
 	}
 	return 0, nil
+}
+
+// defaultMachine is the host name, as a machine name: lowercase, up to the
+// first dot.
+func defaultMachine() string {
+	h, _ := os.Hostname()
+	h, _, _ = strings.Cut(strings.ToLower(h), ".")
+	return h
 }
 
 // serveHTTP serves until ctx ends, then shuts down gracefully.

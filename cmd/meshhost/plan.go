@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,7 +101,9 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*reconcile.Plan,
 		}
 		desired = append(desired, r)
 	}
-	rec, err := reconcile.New(reconcile.Config{Runtime: rt})
+	// The agent's own view: its owner label and the containers it adopted.
+	rstate := loadReconcileState(filepath.Join(*f.state, reconcileStateFile), slog.New(slog.DiscardHandler))
+	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: decl.Machine, Adoptions: rstate.Adoptions, BudgetUsed: rstate.BudgetUsed})
 	if err != nil {
 		return nil, err
 	}

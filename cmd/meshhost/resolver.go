@@ -113,11 +113,8 @@ func parseUpstream(s string) (netip.AddrPort, error) {
 
 func runResolver(ctx context.Context, env *environment, args []string) (int, error) {
 	f, err := parseResolverFlags(env, args)
-	if errors.Is(err, errUsage) {
-		return 2, err
-	}
 	if err != nil {
-		return 2, err
+		return 2, err // usage and flag errors
 	}
 	log := slog.New(slog.NewTextHandler(env.stderr, nil))
 	srv, err := resolver.New(resolver.Config{
@@ -135,7 +132,20 @@ func runResolver(ctx context.Context, env *environment, args []string) (int, err
 	}
 	defer srv.Close()
 
+	// Watch before the first read, so that no change is missed between them.
+	reload := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case reload <- struct{}{}:
+		default:
+		}
+	}
 	if f.roster != "" {
+		stopWatch, err := watchRosterFile(ctx, f.roster, poke)
+		if err != nil {
+			return 1, fmt.Errorf("watching %q: %w", f.roster, err)
+		}
+		defer stopWatch()
 		if err := reloadRoster(log, srv, f.roster); err != nil {
 			if !srv.Serving() {
 				return 1, err
@@ -162,18 +172,6 @@ func runResolver(ctx context.Context, env *environment, args []string) (int, err
 		<-ctx.Done()
 		return 0, nil
 	}
-	reload := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case reload <- struct{}{}:
-		default:
-		}
-	}
-	stopWatch, err := watchRosterFile(ctx, f.roster, poke)
-	if err != nil {
-		return 1, fmt.Errorf("watching %q: %w", f.roster, err)
-	}
-	defer stopWatch()
 	for {
 		select {
 		case <-ctx.Done():
@@ -255,4 +253,3 @@ func watchRosterFile(ctx context.Context, path string, onChange func()) (stop fu
 	}()
 	return func() { w.Close(); <-done }, nil
 }
-

@@ -112,7 +112,7 @@ func TestResolverCommand(t *testing.T) {
 
 	// A change to the file (an atomic rename) reloads it.
 	writeAtomic(t, roster, `{"generation": 2, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.8"]}}`)
-	waitUntil(t, "generation 2 answers", func() bool { return lookup(addr, "gitea.novox.internal.") == "10.89.0.8" })
+	waitUntil(t, "generation 2 answers\n"+stderr.String(), func() bool { return lookup(addr, "gitea.novox.internal.") == "10.89.0.8" })
 
 	// An invalid roster is refused with an error naming the entry; the
 	// previous one keeps serving.

@@ -30,6 +30,7 @@ var ErrStale = errors.New("declaration generation is not newer than the one in f
 // changes.
 type Source struct {
 	logger  *slog.Logger
+	machine string // declarations for any other machine are refused
 	changed chan struct{}
 
 	// mu guards the fields below.
@@ -38,13 +39,17 @@ type Source struct {
 	origin  string // where current came from: a path, or "push"
 }
 
-// New returns a Source. initial, if not nil, is in force until a newer one
-// arrives (the agent passes the declaration it saved last time).
-func New(logger *slog.Logger, initial *spec.Declaration) *Source {
+// New returns a Source for the named machine ("" accepts any machine's
+// declaration). initial, if not nil, is in force until a newer one arrives
+// (the agent passes the declaration it saved last time).
+func New(logger *slog.Logger, machine string, initial *spec.Declaration) *Source {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Source{logger: logger.With("component", "declsource"), changed: make(chan struct{}, 1), current: initial}
+	if initial != nil && machine != "" && initial.Machine != machine {
+		initial = nil // saved for another machine name: not ours to apply
+	}
+	return &Source{logger: logger.With("component", "declsource"), machine: machine, changed: make(chan struct{}, 1), current: initial}
 }
 
 // Current returns the declaration in force (nil before the first) and where
@@ -65,11 +70,14 @@ func (s *Source) Offer(data []byte, origin string) (*spec.Declaration, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.machine != "" && d.Machine != s.machine {
+		return nil, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; this agent runs %q", d.Machine, s.machine)}
+	}
 	s.mu.Lock()
 	if cur := s.current; cur != nil {
 		if d.Machine != cur.Machine {
 			s.mu.Unlock()
-			return nil, fmt.Errorf("declaration is for machine %q, this machine is %q", d.Machine, cur.Machine)
+			return nil, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; the declaration in force is for %q", d.Machine, cur.Machine)}
 		}
 		if d.Generation <= cur.Generation {
 			s.mu.Unlock()

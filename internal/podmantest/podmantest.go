@@ -63,7 +63,12 @@ type Harness struct {
 	t      testing.TB
 	socket string
 	prefix string
+	*made
+}
 
+// made is what a test made that only cleanup knows: shared by a Harness and
+// its Sub copies.
+type made struct {
 	// mu guards images.
 	mu     sync.Mutex
 	images []string
@@ -76,11 +81,10 @@ type Harness struct {
 // with Import.
 func New(t testing.TB) *Harness {
 	t.Helper()
-	h := &Harness{t: t, socket: Socket(t), prefix: prefix(t.Name())}
+	h := &Harness{t: t, socket: Socket(t), prefix: prefix(t.Name()), made: &made{}}
 	if _, err := h.Podman("version", "--format", "{{.Server.Version}}"); err != nil {
 		t.Fatalf("the podman service at %s (%s) does not answer: %v", h.socket, EnvSocket, err)
 	}
-	h.cleanup() // leftovers of a crashed run with the same prefix cannot exist, but be sure
 	t.Cleanup(h.cleanup)
 	return h
 }
@@ -98,6 +102,14 @@ func prefix(test string) string {
 	var b [3]byte
 	rand.Read(b[:])
 	return "mht-" + name + "-" + hex.EncodeToString(b[:]) + "-"
+}
+
+// Sub returns h for t, a subtest (parallel or not) of h's test: the same
+// prefix and cleanup, with failures reported to t.
+func (h *Harness) Sub(t testing.TB) *Harness {
+	sub := *h
+	sub.t = t
+	return &sub
 }
 
 // Socket returns the podman service socket URI.

@@ -1,6 +1,8 @@
 package podmantest
 
 import (
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -42,6 +44,33 @@ func TestCleanupRemovesWhatATestMade(t *testing.T) {
 		}
 		if left := h.mine(out); len(left) > 0 {
 			t.Errorf("after the test, its %ss = %v; want none", kind, left)
+		}
+	}
+}
+
+// TestSocketWithoutTheVariable runs this test binary again without
+// MESHHOST_PODMAN_SOCKET: by hand the podman tests skip and say how to enable
+// them; under CI=true they fail.
+func TestSocketWithoutTheVariable(t *testing.T) {
+	if os.Getenv("PODMANTEST_CHILD") == "1" {
+		Socket(t)
+		t.Log("Socket returned")
+		return
+	}
+	for _, tc := range []struct {
+		ci       string
+		wantFail bool
+		want     string
+	}{
+		{"", false, "--- SKIP"},
+		{"true", true, "--- FAIL"},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSocketWithoutTheVariable$", "-test.v")
+		cmd.Env = append(os.Environ(), "PODMANTEST_CHILD=1", EnvSocket+"=", "CI="+tc.ci)
+		out, err := cmd.CombinedOutput()
+		if failed := err != nil; failed != tc.wantFail || !strings.Contains(string(out), tc.want) ||
+			!strings.Contains(string(out), `eval "$(scripts/podman-up)"`) || strings.Contains(string(out), "Socket returned") {
+			t.Errorf("CI=%q, no %s: exit error %v, output:\n%s\nwant %s with how to enable the tests", tc.ci, EnvSocket, err, out, tc.want)
 		}
 	}
 }

@@ -5,11 +5,14 @@
 // containers_image_openpgp).
 //
 // Create gives podman exactly the settings of a spec.Rendered: copy mode's
-// hosts become --add-host entries ("name:addr", written first in
-// /etc/hosts, in order), resolve mode's DNS configuration becomes the
-// container's whole /etc/resolv.conf. Inspect maps what podman reports back
-// to spec's vocabulary. Podman adds settings of its own, which Inspect
-// reports as podman does rather than guessing which were declared:
+// hosts become --add-host entries ("name:addr"), which podman writes first
+// in /etc/hosts, in order; resolve mode's DNS configuration becomes the
+// container's whole /etc/resolv.conf (search, nameserver, options lines, as
+// spec.Rendered.ResolvConf). Create never pulls an image.
+//
+// Inspect maps what podman reports back to spec's vocabulary. Podman adds
+// settings of its own, which Inspect reports as podman does rather than
+// guessing which were declared:
 //
 //   - env: the image's env (PATH=...), containers.conf's default env
 //     (TERM=xterm), container=podman, and, once started, HOSTNAME=<short id>;
@@ -22,15 +25,16 @@
 //     as an alias, which Inspect drops;
 //   - ports: the host port podman picked, for a declared host port of 0;
 //   - capabilities: CapAdd and CapDrop only (as declared, CAP_ spelled);
-//     podman's default set is not reported as added.
+//     podman's default set is not reported as added;
+//   - healthcheck: an image's HEALTHCHECK, when the declaration has none.
 //
 // Resources at zero mean unlimited in spec: Create asks podman for an
 // unlimited pids limit explicitly (podman's own default is containers.conf's
 // pids_limit, 2048); a container created elsewhere with podman's default
 // reports PidsLimit 2048.
 //
-// Podman 4.3 (Debian's) quirks the adapter works around, found against a
-// real 4.3.1 service with the v5 bindings:
+// Podman quirks the adapter works around or documents, found against a real
+// 4.3.1 service (Debian's) with the v5 bindings:
 //
 //   - Inspect's Config.Entrypoint is one space-joined string in the v4 API,
 //     which the v5 bindings split on spaces ("sh -c 'a b'" comes back as
@@ -42,7 +46,20 @@
 //     already in use"), a rename with 409 ("container already exists"); both
 //     become reconcile.ErrNameInUse.
 //   - Without systemd podman cannot schedule healthchecks (the service logs
-//     "unable to get systemd connection to add healthchecks") and the
-//     health stays "starting" for ever. RunHealthchecks makes Inspect run a
-//     starting container's healthcheck itself.
+//     "unable to get systemd connection to add healthchecks", and start
+//     succeeds) and the health stays "starting" for ever. RunHealthchecks
+//     makes Inspect run a running container's healthcheck itself. The
+//     answer of a healthcheck run is that run's result only ("unhealthy"
+//     after one failure); the container's health, which honours Retries and
+//     the start period, is read by inspecting it afterwards.
+//   - Before podman 5.1 an update is volatile: `podman update` changes the
+//     running container's cgroup, but Inspect keeps reporting the limits it
+//     was created with and the next start (a restart policy, a reboot, a
+//     stop and start) puts those back. 5.1 made updates persistent (podman
+//     PR 22322). Podman 4.3's `podman update` CLI cannot set the pids
+//     limit; the API can.
+//   - The bindings send a request up to three times when the connection
+//     fails (connection.go, DoRequest), creates included: a create whose
+//     reply was lost can come back as ErrNameInUse although it created the
+//     container (read in the bindings' code, not seen happen).
 package podman

@@ -156,11 +156,15 @@ func (r *testRuntime) Update(ctx context.Context, id string, res spec.Resources)
 	return r.do("Update", id, "", func() error { return r.rt.Update(ctx, id, res) })
 }
 
-// newReconciler returns a Reconciler over rt with a budget that never
-// defers and a quick health poll.
-func newReconciler(t testing.TB, rt reconcile.Runtime, mod func(*reconcile.Config)) *reconcile.Reconciler {
+// newReconciler returns a Reconciler over rt, owning the containers of rt's
+// scope only, with a budget that never defers and a quick health poll.
+func newReconciler(t testing.TB, rt *testRuntime, mod func(*reconcile.Config)) *reconcile.Reconciler {
 	t.Helper()
-	cfg := reconcile.Config{Runtime: rt, Budget: reconcile.Budget{Max: 1000, Window: time.Minute}, HealthPoll: 100 * time.Millisecond, HealthTimeout: 30 * time.Second}
+	cfg := reconcile.Config{
+		Runtime: rt, Owner: rt.prefix,
+		Budget:     reconcile.Budget{Max: 1000, Window: time.Minute},
+		HealthPoll: 100 * time.Millisecond, HealthTimeout: 30 * time.Second,
+	}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -210,7 +210,8 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 }
 
 // Update sets the resource limits of a container in place; a zero limit
-// lifts the limit.
+// lifts the limit. Before podman 5.1 the change lasts until the container
+// next starts, and Inspect does not show it (see the package doc).
 func (r *Runtime) Update(ctx context.Context, id string, res spec.Resources) error {
 	opts := &types.ContainerUpdateOptions{NameOrID: id, Resources: updateResources(res)}
 	if _, err := containers.Update(r.call(ctx, "Update"), opts); err != nil {
@@ -246,14 +247,16 @@ func updateResources(res spec.Resources) *specs.LinuxResources {
 }
 
 // mapError maps podman's answers to reconcile's sentinels, keeping the
-// message.
+// message. Only a missing container is ErrNotFound: a missing image or
+// network (HTTP 500 from podman 4.3: "image not known", "network not found")
+// is an error of its own.
 func mapError(err error) error {
 	var m *errorModel
 	if !errors.As(err, &m) {
 		return err
 	}
 	switch {
-	case m.ResponseCode == 404, m.Because == "no such container":
+	case m.Because == "no such container", m.ResponseCode == 404 && strings.Contains(m.Message, "no container with"):
 		return fmt.Errorf("%s: %w", m.Message, reconcile.ErrNotFound)
 	case m.Because == "that name is already in use", m.Because == "container already exists",
 		strings.Contains(m.Message, "is already in use"):
