@@ -1,11 +1,11 @@
 package migrations
 
 import (
-	"debug/elf"
 	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"

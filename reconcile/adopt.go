@@ -3,6 +3,7 @@ package reconcile
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"strings"
 
 	"github.com/meshhost/meshhost/digest"
@@ -52,7 +53,7 @@ func (p *planner) compareFields(a Action, o *Observed, id identity) Action {
 		a.Reason = joinChanges(replace)
 	default:
 		a.Kind, a.Changes = Conflict, replace
-		a.Reason = fmt.Sprintf("an unmanaged container %s and differs (%s); meshhost never touches it: remove or rename it", why[4:], joinChanges(replace))
+		a.Reason = fmt.Sprintf("held by a container that %s and differs (%s); meshhost never touches it: remove or rename it", why, joinChanges(replace))
 	}
 	return a
 }
@@ -60,10 +61,43 @@ func (p *planner) compareFields(a Action, o *Observed, id identity) Action {
 // declaredOnly returns the inspected settings with what runtimes add on their
 // own taken out, so that only declared fields are compared: environment an
 // image adds (keys the declaration does not set), labels the runtime or an
-// image adds, and meshhost's own labels.
+// image adds, meshhost's own labels, and the image's or runtime's defaults
+// for what the declaration leaves unset (podman reports working dir "/",
+// the image's command and entrypoint and healthcheck, the address it
+// assigned).
 func declaredOnly(got spec.Rendered, want *spec.Rendered) spec.Rendered {
 	out := got
 	out.Name = want.Name
+	if want.WorkingDir == "" {
+		out.WorkingDir = ""
+	}
+	if want.User == "" {
+		out.User = ""
+	}
+	if len(want.Command) == 0 {
+		out.Command = nil
+	}
+	if len(want.Entrypoint) == 0 {
+		out.Entrypoint = nil
+	}
+	if want.Healthcheck == nil {
+		out.Healthcheck = nil
+	}
+	out.Networks = make([]spec.NetworkAttachment, len(got.Networks))
+	for i, n := range got.Networks {
+		out.Networks[i] = n
+		for _, w := range want.Networks {
+			if w.Name != n.Name {
+				continue
+			}
+			if !w.IPv4.IsValid() {
+				out.Networks[i].IPv4 = netip.Addr{}
+			}
+			if !w.IPv6.IsValid() {
+				out.Networks[i].IPv6 = netip.Addr{}
+			}
+		}
+	}
 	out.Env = keepKeys(got.Env, want.Env)
 	out.Labels = keepKeys(got.Labels, want.Labels)
 	out.StopSignal = spec.CanonicalSignal(got.StopSignal)

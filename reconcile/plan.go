@@ -31,7 +31,7 @@ func (r *Reconciler) Plan(ctx context.Context, desired []spec.Rendered) (*Plan, 
 	if err != nil {
 		return nil, fmt.Errorf("planning: listing containers: %w", err)
 	}
-	p := planner{desired: desired, observed: make(map[string]*Observed, len(observed)), owner: r.cfg.Owner}
+	p := planner{desired: desired, observed: make(map[string]*Observed, len(observed)), owner: r.cfg.Owner, noInPlace: r.cfg.NoInPlaceUpdates}
 	for i := range observed {
 		p.observed[observed[i].Name] = &observed[i]
 	}
@@ -92,6 +92,7 @@ type planner struct {
 	updated   map[string]spec.Resources // by container ID: resources set in place
 	inspected map[string]Inspected      // by container ID
 	owner     string                    // Config.Owner
+	noInPlace bool                      // Config.NoInPlaceUpdates
 }
 
 // toInspect returns the IDs of containers holding a declared name that
@@ -202,6 +203,11 @@ func (p *planner) actionFor(d *spec.Rendered) Action {
 		a.Kind = Update
 		a.Changes = []digest.Change{resourcesChange(record.Resources, d.Resources)}
 		a.Reason = joinChanges(a.Changes)
+		if p.noInPlace {
+			a.Kind = Replace
+			a.StopTimeout = recordStopTimeout(id.record)
+			a.Reason += " (this runtime does not keep in-place updates across restarts)"
+		}
 		return a
 	}
 	return keepOrStart(a)

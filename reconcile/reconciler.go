@@ -20,6 +20,12 @@ type Config struct {
 	// (LabelOwner), and only containers carrying it are ever removed or
 	// replaced. The agent uses its machine's name. Empty is an owner too.
 	Owner string
+	// NoInPlaceUpdates replaces a container whose resources changed instead
+	// of updating it in place. Podman before 5.1 (Debian's 4.3) applies
+	// `podman update` to the running cgroup only: the next start restores
+	// the create-time limits, silently. The agent sets this for such a
+	// runtime.
+	NoInPlaceUpdates bool
 	// Logger receives a line for every action: container, kind, reason,
 	// duration. Nil discards.
 	Logger *slog.Logger

@@ -87,7 +87,7 @@ func Render(c Container, r *Roster, m Mode) (Rendered, error) {
 		}
 		out.DNS = DNSConfig{
 			Servers: slices.Clone(m.DNS.Servers), // order matters to resolvers
-			Search:  slices.Clone(m.DNS.Search), // order is the search order
+			Search:  slices.Clone(m.DNS.Search),  // order is the search order
 			Options: slices.Clone(m.DNS.Options),
 		}
 	default:

@@ -25,7 +25,6 @@ import (
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
-	"github.com/meshhost/meshhost/reconcile/podman"
 	"github.com/meshhost/meshhost/resolver"
 )
 
@@ -102,6 +101,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	source := declsource.New(logger, *machine, saved)
 
 	var rt reconcile.Runtime
+	inPlace := true
 	var nets agent.Networks
 	var newProber func(zone string) (agent.Prober, error)
 	switch *runtimeKind {
@@ -112,11 +112,14 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		if uri == "" {
 			return 2, errors.New("no podman socket: pass --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
 		}
-		p, err := podman.New(ctx, uri, logger)
+		p, updates, err := openPodman(ctx, uri, logger)
 		if err != nil {
 			return 1, err
 		}
-		rt, nets = p, probeRuntime{p}
+		rt, nets, inPlace = p, probeRuntime{p}, updates
+		if !inPlace {
+			logger.Info("this podman does not keep in-place resource updates across restarts (before 5.1): resource changes replace the container")
+		}
 		nl, err := netip.ParseAddr(*nodeLocal)
 		if err != nil {
 			return 2, fmt.Errorf("--node-local: %w", err)
@@ -155,7 +158,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	}
 	rstate := loadReconcileState(filepath.Join(*stateDir, reconcileStateFile), logger)
 	rec, err := reconcile.New(reconcile.Config{
-		Runtime: rt, Owner: *machine, Logger: logger, Registerer: reg, Journal: jnl,
+		Runtime: rt, Owner: *machine, NoInPlaceUpdates: !inPlace, Logger: logger, Registerer: reg, Journal: jnl,
 		Budget:     reconcile.Budget{Max: *budget, Window: *window},
 		BudgetUsed: rstate.BudgetUsed, Adoptions: rstate.Adoptions,
 	})

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"os"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"

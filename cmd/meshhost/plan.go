@@ -16,7 +16,6 @@ import (
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
-	"github.com/meshhost/meshhost/reconcile/podman"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -65,7 +64,7 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*reconcile.Plan,
 	if uri == "" {
 		return nil, errors.New("no podman socket: pass --podman or set MESHHOST_PODMAN_SOCKET")
 	}
-	rt, err := podman.New(ctx, uri, nil)
+	rt, inPlace, err := openPodman(ctx, uri, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +102,7 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*reconcile.Plan,
 	}
 	// The agent's own view: its owner label and the containers it adopted.
 	rstate := loadReconcileState(filepath.Join(*f.state, reconcileStateFile), slog.New(slog.DiscardHandler))
-	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: decl.Machine, Adoptions: rstate.Adoptions, BudgetUsed: rstate.BudgetUsed})
+	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: decl.Machine, NoInPlaceUpdates: !inPlace, Adoptions: rstate.Adoptions, BudgetUsed: rstate.BudgetUsed})
 	if err != nil {
 		return nil, err
 	}

@@ -25,10 +25,10 @@ func runVersion(ctx context.Context, env *environment, args []string) (int, erro
 		version = bi.Main.Version
 	}
 	info := struct {
-		Version  string   `json:"version"`
-		Go       string   `json:"go"`
-		Digest   string   `json:"digest_version"`
-		Digests  []string `json:"digest_versions_understood"`
+		Version string   `json:"version"`
+		Go      string   `json:"go"`
+		Digest  string   `json:"digest_version"`
+		Digests []string `json:"digest_versions_understood"`
 	}{version, runtime.Version(), digest.Current, digest.Versions()}
 	if *output == "json" {
 		return 0, json.NewEncoder(env.stdout).Encode(info)

@@ -84,15 +84,15 @@ type Agent struct {
 	metrics *metrics
 
 	// mu guards the fields below, and serializes passes.
-	mu          sync.Mutex
-	prober      Prober
-	proberZone  string
-	exposed     bool
-	applied     uint64 // declaration generation last recorded in the journal
-	lastPass    time.Time
-	lastErr     error
-	heldRoster  error // why the declared roster is held, or nil
-	lastReport  *Report
+	mu         sync.Mutex
+	prober     Prober
+	proberZone string
+	exposed    bool
+	applied    uint64 // declaration generation last recorded in the journal
+	lastPass   time.Time
+	lastErr    error
+	heldRoster error // why the declared roster is held, or nil
+	lastReport *Report
 }
 
 // Report is what one pass did.
@@ -359,9 +359,14 @@ func (a *Agent) ensureProber(roster *spec.Roster) error {
 }
 
 func (a *Agent) saveDeclaration(d *spec.Declaration) error {
-	data, err := d.MarshalJSON()
-	if err != nil {
-		return err
+	// The document as received: a 100,000-name roster costs a second to
+	// marshal again, and what was parsed once parses again the same way.
+	data := a.cfg.Source.Document()
+	if cur, _ := a.cfg.Source.Current(); data == nil || cur != d {
+		var err error
+		if data, err = d.MarshalJSON(); err != nil {
+			return err
+		}
 	}
 	if err := writeAtomic(filepath.Join(a.cfg.StateDir, DeclarationFile), data); err != nil {
 		return fmt.Errorf("saving the applied declaration: %w", err)

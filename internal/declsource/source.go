@@ -36,6 +36,7 @@ type Source struct {
 	// mu guards the fields below.
 	mu      sync.Mutex
 	current *spec.Declaration
+	raw     []byte // the document current was parsed from; nil for initial
 	origin  string // where current came from: a path, or "push"
 }
 
@@ -58,6 +59,14 @@ func (s *Source) Current() (*spec.Declaration, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.current, s.origin
+}
+
+// Document returns the bytes the declaration in force was parsed from, or
+// nil when it was not parsed here (the initial one).
+func (s *Source) Document() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw
 }
 
 // Changed is signalled (coalesced) whenever a new declaration is in force.
@@ -87,7 +96,7 @@ func (s *Source) Offer(data []byte, origin string) (*spec.Declaration, error) {
 			return nil, fmt.Errorf("generation %d, in force %d: %w", d.Generation, cur.Generation, ErrStale)
 		}
 	}
-	s.current, s.origin = d, origin
+	s.current, s.raw, s.origin = d, data, origin
 	s.mu.Unlock()
 	s.logger.Info("declaration accepted", "origin", origin, "machine", d.Machine, "generation", d.Generation,
 		"roster_generation", d.Roster.Generation, "containers", len(d.Containers), "mesh_names", d.MeshNames)

@@ -78,15 +78,65 @@ type made struct {
 // Socket), and registers a cleanup that removes every container, network,
 // volume and image the test made: containers labelled Label=Prefix() or
 // named Prefix()..., networks and volumes named Prefix()..., and images made
-// with Import.
+// with Import. The first New of a test process also removes what test runs
+// that died before their cleanup left, once it is older than two hours.
 func New(t testing.TB) *Harness {
 	t.Helper()
 	h := &Harness{t: t, socket: Socket(t), prefix: prefix(t.Name()), made: &made{}}
-	if _, err := h.Podman("version", "--format", "{{.Server.Version}}"); err != nil {
+	// A cheap call (`podman version` takes a second): does the service answer?
+	if _, err := h.Podman("ps", "-q", "--last", "1"); err != nil {
 		t.Fatalf("the podman service at %s (%s) does not answer: %v", h.socket, EnvSocket, err)
 	}
+	sweepOnce.Do(func() { h.sweep() })
 	t.Cleanup(h.cleanup)
 	return h
+}
+
+// staleAfter is the age after which what a test made is a leftover of a run
+// that died before its cleanup (a panic, a timeout, ^C): longer than any
+// test run (make test allows 40 minutes).
+const staleAfter = "2h"
+
+var sweepOnce sync.Once
+
+// sweep removes the leftovers of test runs that died before their cleanup:
+// test containers, volumes and networks older than staleAfter. Once per test
+// process; what it cannot remove it only logs.
+func (h *Harness) sweep() {
+	var ids []string
+	for _, filter := range []string{"label=" + Label, "name=^mht-"} {
+		out, err := h.Podman("ps", "-a", "-q", "--no-trunc", "--filter", filter, "--filter", "until="+staleAfter)
+		if err != nil {
+			h.t.Logf("podmantest: looking for stale test containers: %v", err)
+			return
+		}
+		ids = append(ids, strings.Fields(out)...)
+	}
+	if len(ids) > 0 {
+		h.t.Logf("podmantest: removing %d test containers older than %s", len(ids), staleAfter)
+		if _, err := h.Podman(append([]string{"rm", "-f", "-t", "0"}, ids...)...); err != nil {
+			h.t.Logf("podmantest: %v", err)
+		}
+	}
+	for _, kind := range []string{"network", "volume"} {
+		out, err := h.Podman(kind, "ls", "-q", "--filter", "until="+staleAfter)
+		if err != nil {
+			h.t.Logf("podmantest: looking for stale test %ss: %v", kind, err)
+			continue
+		}
+		var stale []string
+		for _, n := range strings.Fields(out) {
+			if strings.HasPrefix(n, "mht-") {
+				stale = append(stale, n)
+			}
+		}
+		if len(stale) > 0 {
+			h.t.Logf("podmantest: removing %d test %ss older than %s", len(stale), kind, staleAfter)
+			if _, err := h.Podman(append([]string{kind, "rm"}, stale...)...); err != nil {
+				h.t.Logf("podmantest: %v", err)
+			}
+		}
+	}
 }
 
 var nonName = regexp.MustCompile(`[^a-z0-9]+`)

@@ -20,6 +20,7 @@ import (
 // field by field that Inspect maps podman's report back to what was
 // declared; then a container declaring nothing, for what podman adds.
 func TestInspectReportsWhatWasCreated(t *testing.T) {
+	t.Parallel()
 	rt, h := newRuntime(t, RunHealthchecks())
 	netName := h.Network("net", "--ipv6")
 	nets, err := rt.Networks(ctx(t))

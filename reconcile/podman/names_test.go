@@ -36,6 +36,7 @@ func testRoster(t testing.TB) *spec.Roster {
 // /etc/resolv.conf podman wrote: they must be exactly what Render said. The
 // digest labels come back from List and still match.
 func TestRuntimeGetsWhatRenderSaid(t *testing.T) {
+	t.Parallel()
 	rt, h := newRuntime(t)
 	roster := testRoster(t)
 	resolve := spec.Mode{Names: spec.Resolve, DNS: spec.DNSConfig{

@@ -22,6 +22,7 @@ var resolveMode = spec.Mode{Names: spec.Resolve, DNS: spec.DNSConfig{
 // TestReconcileLifecycle: create, keep, update in place, replace with its
 // reason, remove; the volume outlives it all.
 func TestReconcileLifecycle(t *testing.T) {
+	t.Parallel()
 	rt, h := newRuntime(t, RunHealthchecks())
 	trt := scoped(rt, h.Prefix())
 	r := newReconciler(t, trt, nil)
@@ -91,6 +92,7 @@ func TestReconcileLifecycle(t *testing.T) {
 // times: a dependency starts, and is healthy when it has a healthcheck,
 // before its dependants; removals stop dependants first.
 func TestReconcileDependencyOrder(t *testing.T) {
+	t.Parallel()
 	rt, h := newRuntime(t, RunHealthchecks())
 	trt := scoped(rt, h.Prefix())
 	r := newReconciler(t, trt, nil)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestErrorsMapToReconcileSentinels(t *testing.T) {
+	t.Parallel()
 	rt, h := newRuntime(t)
 	missing := h.Name("missing")
 	for _, tc := range []struct {
@@ -149,6 +150,7 @@ func waitForLog(t *testing.T, podman func(...string) (string, error), id, want s
 // TestRemoveKeepsVolumes: what a container wrote to its named volume is
 // still there for the container that replaces it.
 func TestRemoveKeepsVolumes(t *testing.T) {
+	t.Parallel()
 	rt, h := newRuntime(t)
 	c := sleeper("db")
 	c.Mounts = []spec.Mount{{Type: spec.MountVolume, Source: h.Name("pgdata"), Target: "/data"}}
@@ -178,6 +180,7 @@ func TestRemoveKeepsVolumes(t *testing.T) {
 // (podman PR 22322 made updates persistent). The test pins that, so that an
 // upgrade which changes it shows up here.
 func TestUpdateChangesResourcesInPlace(t *testing.T) {
+	t.Parallel()
 	rt, h := newRuntime(t)
 	v, err := rt.Version(ctx(t))
 	if err != nil {
@@ -262,6 +265,7 @@ fi`)
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	rt, _ := newRuntime(t)
 	v, err := rt.Version(ctx(t))
 	if err != nil {
@@ -277,6 +281,7 @@ func TestVersion(t *testing.T) {
 // healthcheck by itself; RunHealthchecks makes Inspect run it, and the health
 // follows podman's rules (unhealthy after Retries failures in a row).
 func TestHealthchecksRunOnInspect(t *testing.T) {
+	t.Parallel()
 	rt, h := newRuntime(t, RunHealthchecks())
 	plain, _ := New(ctx(t), h.Socket(), nil)
 	for _, tc := range []struct {
@@ -304,5 +309,38 @@ func TestHealthchecksRunOnInspect(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkContainerLifecycle is one container's create, start, stop and
+// remove through the adapter, each reported on its own.
+func BenchmarkContainerLifecycle(b *testing.B) {
+	rt, h := newRuntime(b)
+	var create, start, stop, remove time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		r := render(b, h, sleeper(strconv.Itoa(i)), nil, resolveMode)
+		t0 := time.Now()
+		id, err := rt.Create(ctx(b), r)
+		t1 := time.Now()
+		if err == nil {
+			err = rt.Start(ctx(b), id)
+		}
+		t2 := time.Now()
+		if err == nil {
+			err = rt.Stop(ctx(b), id, 10*time.Second)
+		}
+		t3 := time.Now()
+		if err == nil {
+			err = rt.Remove(ctx(b), id)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		create, start, stop, remove = create+t1.Sub(t0), start+t2.Sub(t1), stop+t3.Sub(t2), remove+time.Since(t3)
+	}
+	for name, d := range map[string]time.Duration{"create": create, "start": start, "stop": stop, "remove": remove} {
+		b.ReportMetric(float64(d.Milliseconds())/float64(b.N), name+"-ms/op")
 	}
 }
