@@ -184,3 +184,39 @@ func BenchmarkSwapVisible(b *testing.B) {
 	b.ReportMetric(float64(visible.Microseconds())/float64(b.N), "visible-µs")
 	b.ReportMetric(float64(update.Milliseconds())/float64(b.N), "update-ms")
 }
+
+// TestUDPServeAllocs: answering roster names over a real UDP socket
+// allocates nothing per query (a per-batch allocation once crept in through
+// closures handed to syscall.RawConn).
+func TestUDPServeAllocs(t *testing.T) {
+	_, addr := newTestServer(t, benchRoster(1000, 1), Config{})
+	c, err := net.Dial("udp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := packQuery(t, "svc7.node7.mesh.internal.", 1, false)
+	buf := make([]byte, 512)
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	roundTrip := func() {
+		if _, err := c.Write(q); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 {
+		roundTrip()
+	}
+	const queries = 2000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range queries {
+		roundTrip()
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.Mallocs - before.Mallocs; n > queries/20 {
+		t.Errorf("%d allocations for %d queries over UDP, want (nearly) none", n, queries)
+	}
+}

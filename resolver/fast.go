@@ -6,17 +6,16 @@ import "encoding/binary"
 const (
 	headerLen = 12
 
-	typeA     = 1
-	typeNS    = 2
-	typeSOA   = 6
-	typePTR   = 12
-	typeHINFO = 13
-	typeAAAA  = 28
-	typeOPT   = 41
-	typeIXFR  = 251
-	typeAXFR  = 252
-	typeANY   = 255
-	classIN   = 1
+	typeA    = 1
+	typeNS   = 2
+	typeSOA  = 6
+	typePTR  = 12
+	typeAAAA = 28
+	typeOPT  = 41
+	typeIXFR = 251
+	typeAXFR = 252
+	typeANY  = 255
+	classIN  = 1
 
 	rcodeSuccess  = 0
 	rcodeFormErr  = 1
@@ -37,7 +36,6 @@ type query struct {
 	edns    bool
 	udpSize uint16
 	do      bool
-	labels  int // labels in qname
 }
 
 // scratch is one worker's reusable memory: the fast path allocates nothing.
@@ -86,7 +84,6 @@ func parseQuery(req []byte, sc *scratch) bool {
 		}
 		n += 1 + l
 		off += 1 + l
-		q.labels++
 	}
 	if off+4 > len(req) {
 		return false

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -194,5 +193,3 @@ func matches(q, resp []byte) bool {
 	}
 	return ok2 && qe == re && strings.EqualFold(string(q[headerLen:qe]), string(resp[headerLen:re]))
 }
-
-func (j *forwardJob) String() string { return fmt.Sprintf("forward to %v", j.targets) }

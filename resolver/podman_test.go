@@ -44,18 +44,39 @@ func needPodman(t *testing.T) (string, []string, []string) {
 }
 
 // TestPodmanContainer resolves a mesh name from inside a real container on
-// podman's default network (which has no DNS of its own), through a listener
-// on the bridge gateway bound before the bridge exists (IP_FREEBIND).
+// a podman network without DNS of its own (like podman's default network),
+// through a listener on the bridge gateway bound before the bridge exists
+// (IP_FREEBIND). The test makes its own network, so that it does not contend
+// for 10.88.0.1:53 with other packages' tests.
 func TestPodmanContainer(t *testing.T) {
 	bin, global, env := needPodman(t)
 	const image = "localhost/meshhost-busybox:latest"
-	gateway := netip.MustParseAddrPort("10.88.0.1:53")
+	podman := func(timeout time.Duration, args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, append(append([]string{}, global...), args...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	var nonce [4]byte
+	rand.Read(nonce[:])
+	suffix := hex.EncodeToString(nonce[:])
+	network := "meshhost-resolver-test-" + suffix
+	subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 214, nonce[0], 0}), 24)
+	gwAddr := netip.AddrFrom4([4]byte{10, 214, nonce[0], 1})
+	gateway := netip.AddrPortFrom(gwAddr, 53)
+	if out, err := podman(60*time.Second, "network", "create", "--disable-dns", "--subnet", subnet.String(),
+		"--gateway", gwAddr.String(), network); err != nil {
+		t.Fatalf("podman network create: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { podman(60*time.Second, "network", "rm", "-f", network) })
 
 	r := &spec.Roster{Generation: 1, Zones: []string{"mesh.internal"}, Names: map[string][]netip.Addr{
 		"svc.mesh.internal": {netip.MustParseAddr("10.77.0.5")},
 	}}
 	s, err := New(safeConfig(t, Config{
-		Allow:     []netip.Prefix{netip.MustParsePrefix("10.88.0.0/16")},
+		Allow:     []netip.Prefix{subnet},
 		Forbidden: PodmanDNSGuard(),
 	}))
 	if err != nil {
@@ -69,37 +90,24 @@ func TestPodmanContainer(t *testing.T) {
 		t.Fatalf("Listen(%s): %v (is port 53 on the podman gateway taken?)", gateway, err)
 	}
 
-	var nonce [4]byte
-	rand.Read(nonce[:])
-	name := "meshhost-resolver-test-" + hex.EncodeToString(nonce[:])
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, append(global, "rm", "-f", "--ignore", name)...)
-		cmd.Env = env
-		cmd.Run()
-	})
+	name := network
+	t.Cleanup(func() { podman(30*time.Second, "rm", "-f", "--ignore", name) })
 	run := func(args ...string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		full := append(append([]string{}, global...), "run", "--rm", "--name", name, "--dns", gateway.Addr().String(), image)
-		cmd := exec.CommandContext(ctx, bin, append(full, args...)...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
+		full := append([]string{"run", "--rm", "--name", name, "--network", network, "--dns", gwAddr.String(), image}, args...)
+		out, err := podman(90*time.Second, full...)
 		if err != nil {
-			t.Fatalf("podman %s: %v\n%s", strings.Join(append(full, args...), " "), err, out)
+			t.Fatalf("podman %s: %v\n%s", strings.Join(full, " "), err, out)
 		}
-		return string(out)
+		return out
 	}
 	out := run("nslookup", "svc.mesh.internal")
+	t.Logf("nslookup svc.mesh.internal in a container on %s:\n%s", network, out)
 	if !strings.Contains(out, "10.77.0.5") {
 		t.Errorf("nslookup svc.mesh.internal in a container:\n%s\nwant address 10.77.0.5", out)
 	}
 	// A name the roster does not have does not exist (and was not forwarded:
 	// the server has no upstream).
-	rand.Read(nonce[:])
-	name = "meshhost-resolver-test-" + hex.EncodeToString(nonce[:])
 	out = run("sh", "-c", "nslookup nope.mesh.internal; echo exit=$?")
 	if !strings.Contains(out, "NXDOMAIN") && !strings.Contains(out, "can't find") {
 		t.Errorf("nslookup nope.mesh.internal in a container:\n%s\nwant NXDOMAIN", out)

@@ -60,23 +60,38 @@ func (s *Server) serveUDP(l *listener) {
 	}
 	b := newUDPBatch()
 	sc := new(scratch)
+	// The syscall closures are made once: passed to RawConn as func values
+	// they escape, and a closure per batch would be an allocation per batch.
+	var n, nout, sent int
+	var errno unix.Errno
+	recv := func(fd uintptr) bool {
+		r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.in[0])), batchSize, unix.MSG_DONTWAIT, 0, 0)
+		if e == unix.EAGAIN {
+			return false
+		}
+		n, errno = int(r), e
+		return true
+	}
+	send := func(fd uintptr) bool {
+		r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.out[sent])), uintptr(nout-sent), unix.MSG_DONTWAIT, 0, 0)
+		if e == unix.EAGAIN {
+			return false
+		}
+		if e != 0 || r == 0 {
+			sent++ // drop this datagram, carry on with the rest
+		} else {
+			sent += int(r)
+		}
+		return true
+	}
 	for {
 		for i := range b.in {
 			b.iovIn[i].SetLen(reqBufSize)
 			b.in[i].hdr.Namelen = unix.SizeofSockaddrInet6
 			b.in[i].hdr.Flags = 0
 		}
-		var n int
-		var errno unix.Errno
-		err := rc.Read(func(fd uintptr) bool {
-			r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.in[0])), batchSize, unix.MSG_DONTWAIT, 0, 0)
-			if e == unix.EAGAIN {
-				return false
-			}
-			n, errno = int(r), e
-			return true
-		})
-		if err != nil {
+		n, errno = 0, 0
+		if err := rc.Read(recv); err != nil {
 			return // closed
 		}
 		if errno != 0 {
@@ -85,7 +100,7 @@ func (s *Server) serveUDP(l *listener) {
 			}
 			continue // EINTR, ICMP errors reported on the socket, ...
 		}
-		nout := 0
+		nout = 0
 		for i := range n {
 			h := &b.in[i].hdr
 			if h.Flags&unix.MSG_TRUNC != 0 {
@@ -107,20 +122,8 @@ func (s *Server) serveUDP(l *listener) {
 			o.hdr.Namelen = h.Namelen
 			nout++
 		}
-		for sent := 0; sent < nout; {
-			err := rc.Write(func(fd uintptr) bool {
-				r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.out[sent])), uintptr(nout-sent), unix.MSG_DONTWAIT, 0, 0)
-				if e == unix.EAGAIN {
-					return false
-				}
-				if e != 0 || r == 0 {
-					sent++ // drop this datagram, carry on with the rest
-					return true
-				}
-				sent += int(r)
-				return true
-			})
-			if err != nil {
+		for sent = 0; sent < nout; {
+			if err := rc.Write(send); err != nil {
 				return
 			}
 		}

@@ -46,6 +46,10 @@ func readRoster(rep *strictjson.Report, path string, v strictjson.Value) *Roster
 	if nv, p, ok := o.Required("names"); ok {
 		names := rep.Object(p, nv)
 		for _, m := range names.Members() {
+			if list, ok := plainAddrs(m.Value); ok { // the common case, without formatting a path
+				r.Names[m.Key] = list
+				continue
+			}
 			mp := strictjson.Join(p, m.Key)
 			addrs, ok := rep.Strings(mp, m.Value)
 			if !ok {
@@ -94,4 +98,24 @@ func (r *Roster) MarshalJSON() ([]byte, error) {
 		Zones      []string            `json:"zones"`
 		Names      map[string][]string `json:"names"`
 	}{r.Generation, zones, names})
+}
+
+// plainAddrs reads an array of address strings, or reports false for
+// anything else (the caller then reads it again, naming every fault).
+func plainAddrs(v strictjson.Value) ([]netip.Addr, bool) {
+	if v.Kind != strictjson.KindArray {
+		return nil, false
+	}
+	list := make([]netip.Addr, 0, len(v.Items))
+	for _, item := range v.Items {
+		if item.Kind != strictjson.KindString {
+			return nil, false
+		}
+		a, err := netip.ParseAddr(item.String)
+		if err != nil {
+			return nil, false
+		}
+		list = append(list, a)
+	}
+	return list, true
 }

@@ -3,10 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,67 +20,27 @@ func TestAgentEndToEnd(t *testing.T) {
 	h := podmantest.New(t)
 	podmantest.Exclusive(t) // the agent binds the default network's gateway
 	state := t.TempDir()
-	probe := filepath.Join(t.TempDir(), "meshprobe")
-	build := exec.Command("go", "build", "-trimpath", "-o", probe, "../meshprobe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0") // the probe image has no libc
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building meshprobe: %v\n%s", err, out)
-	}
+	probe := buildMeshprobe(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stub, err := startStubUpstream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
 	machine := strings.TrimSuffix(h.Prefix(), "-")
 	push := filepath.Join(state, "push.sock")
-	done := make(chan int, 1)
-	go func() {
-		env := &environment{stdout: logs, stderr: logs, getenv: func(string) string { return "" }}
-		done <- run(ctx, env, []string{"agent", "--runtime", "podman", "--podman", h.Socket(), "--machine", machine,
-			"--state", state, "--push", "unix:" + push, "--http", "off", "--interval", "1s", "--budget", "10",
-			"--upstream", stub.String(), "--probe-binary", probe,
-			"--probe-outside", probeOutside + "=" + probeOutsideAddr.String(),
-			"--node-local", "169.254.53.99", // not assigned here: the default network uses its gateway
-		})
-	}()
-	defer func() {
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs.String())
-		}
-	}()
+	agent := startAgent(t, "agent", "--runtime", "podman", "--podman", h.Socket(), "--machine", machine,
+		"--state", state, "--push", "unix:"+push, "--http", "off", "--interval", "1s", "--budget", "10",
+		"--upstream", stub.String(), "--probe-binary", probe,
+		"--probe-outside", probeOutside+"="+probeOutsideAddr.String(),
+		"--node-local", "169.254.53.99", // not assigned here: the default network uses its gateway
+	)
 
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", push)
-	}}}
 	app := h.Name("app")
 	pushDecl := func(gen int, flag string, names map[string]string) {
 		t.Helper()
-		var entries []string
-		for n, a := range names {
-			entries = append(entries, fmt.Sprintf("%q: [%q]", n, a))
-		}
-		doc := fmt.Sprintf(`{"schema": 1, "machine": %q, "generation": %d, "mesh_names": %q,
-		  "roster": {"generation": %d, "zones": ["internal"], "names": {%s}},
-		  "containers": [{"name": %q, "image": "localhost/meshhost-busybox:latest", "command": ["sleep", "600"], "stop_timeout": "2s"}]}`,
-			machine, gen, flag, gen, strings.Join(entries, ", "), app)
-		var resp *http.Response
-		var err error
-		for range 50 { // the endpoint comes up with the agent
-			req, _ := http.NewRequest(http.MethodPut, "http://agent/v1/declaration", strings.NewReader(doc))
-			if resp, err = client.Do(req); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatalf("pushing generation %d: %v", gen, err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("pushing generation %d: %s", gen, resp.Status)
-		}
+		pushDeclaration(t, push, declDoc(machine, gen, flag, names, fmt.Sprintf(
+			`[{"name": %q, "image": "localhost/meshhost-busybox:latest", "command": ["sleep", "600"], "stop_timeout": "2s"}]`, app)))
 	}
 	inspect := func(format string) string {
 		out, err := h.Podman("inspect", "--format", format, app)
@@ -95,13 +51,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	}
 	waitUntil := func(what string, limit time.Duration, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(limit)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %s waiting until %s", limit, what)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+		eventually(t, what, limit, ok)
 	}
 	lookup := func(name string) string {
 		out, _ := h.Podman("exec", app, "nslookup", name)
@@ -142,14 +92,8 @@ func TestAgentEndToEnd(t *testing.T) {
 	}
 
 	// SIGTERM (here: the context) stops the agent, never the containers.
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("agent exited %d", code)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("agent did not stop within 30s")
+	if code := agent.stop(t); code != 0 {
+		t.Errorf("agent exited %d", code)
 	}
 	if inspect("{{.State.Running}}") != "true" {
 		t.Error("the container stopped with the agent")

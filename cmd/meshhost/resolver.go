@@ -211,7 +211,9 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 
 // watchRosterFile calls onChange when path is written, or replaced by a
 // rename (how controllers and editors write files atomically). It watches
-// the directory, since a rename replaces the file's inode.
+// the directory, since a rename replaces the file's inode; every change in
+// that directory wakes it, so the roster is best kept in a directory of its
+// own.
 func watchRosterFile(ctx context.Context, path string, onChange func()) (stop func(), err error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
