@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/meshhost/meshhost/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -111,24 +112,8 @@ func (s *State) save(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("saving migration state: %w", err)
 	}
-	f, err := os.CreateTemp(dir, StateFile+".*.tmp")
-	if err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, StateFile), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("saving migration state: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename, nothing to remove
-	_, werr := f.Write(append(data, '\n'))
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		return fmt.Errorf("saving migration state: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, StateFile)); err != nil {
-		return fmt.Errorf("saving migration state: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

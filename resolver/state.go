@@ -3,9 +3,9 @@ package resolver
 import (
 	"errors"
 	"fmt"
+	"github.com/meshhost/meshhost/internal/atomicfile"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -36,31 +36,8 @@ func loadState(path string) (*spec.Roster, error) {
 // saveState writes t's roster to path atomically: a temporary file in the
 // same directory, synced, renamed over path, and the directory synced.
 func saveState(path string, t *table) error {
-	data := t.appendJSON(nil)
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+	if err := atomicfile.Write(path, t.appendJSON(nil), 0o600); err != nil {
 		return fmt.Errorf("saving roster to %q: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename there is nothing left to remove
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("saving roster to %q: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("saving roster to %q: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("saving roster to %q: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("saving roster to %q: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/meshhost/meshhost/internal/atomicfile"
 	"maps"
 	"os"
 	"path/filepath"
@@ -135,36 +136,10 @@ func (j *Journal) read(sub string, key uint64, v any) error {
 	return nil
 }
 
-// writeFileAtomic replaces path with data so that a crash leaves either the
-// old file or the new one, never a part: temporary file, fsync, rename,
-// fsync of the directory.
+// writeFileAtomic replaces path with data; a crash leaves the old file or
+// the new one, never a part.
 func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-*.json")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // after a successful rename, a no-op
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(path, data, 0o600)
 }
 
 // Entry is one line of the history: a declaration applied, or a pass.
