@@ -3,16 +3,13 @@ package resolver
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
+	"github.com/meshhost/meshhost/internal/filewatch"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 )
 
 // setUpstreams publishes the forward targets.
@@ -74,50 +71,10 @@ func (s *Server) watchResolvConf() error {
 		s.log.Info("upstream nameservers", "path", path, "servers", ups)
 	}
 	load()
-	stop, err := watchFile(s.ctx, path, load)
+	w, err := filewatch.New(path)
 	if err != nil {
 		return fmt.Errorf("watching %q for upstream nameservers: %w", path, err)
 	}
-	s.wg.Go(stop)
+	s.wg.Go(func() { w.Run(s.ctx, 50*time.Millisecond, load) })
 	return nil
-}
-
-// watchFile calls onChange (after a short debounce) whenever path is
-// written, created, renamed over or removed. It watches the directory, so
-// editors' and controllers' atomic renames are seen. The returned function
-// blocks until ctx is done, then releases the watch.
-func watchFile(ctx context.Context, path string, onChange func()) (func(), error) {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, err
-	}
-	path = filepath.Clean(path)
-	if err := w.Add(filepath.Dir(path)); err != nil {
-		w.Close()
-		return nil, err
-	}
-	return func() {
-		defer w.Close()
-		var debounce <-chan time.Time
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if filepath.Clean(ev.Name) == path {
-					debounce = time.After(50 * time.Millisecond)
-				}
-			case _, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-			case <-debounce:
-				debounce = nil
-				onChange()
-			}
-		}
-	}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/meshhost/meshhost/internal/atomicfile"
 	"log/slog"
 	"net"
 	"net/http"
@@ -293,28 +294,7 @@ func loadReconcileState(path string, logger *slog.Logger) reconcileState {
 
 func saveReconcileState(path string, rec *reconcile.Reconciler, logger *slog.Logger) {
 	data, _ := json.Marshal(reconcileState{Version: 1, BudgetUsed: rec.BudgetUsed(), Adoptions: rec.Adoptions()})
-	if err := writeFileAtomic(path, data); err != nil {
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
 		logger.Error("saving reconciler state", "path", path, "err", err)
 	}
-}
-
-// writeFileAtomic writes a file that readers see whole or not at all.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

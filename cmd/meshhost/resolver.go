@@ -4,17 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/meshhost/meshhost/internal/filewatch"
 	"log/slog"
 	"net/netip"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
@@ -141,11 +139,16 @@ func runResolver(ctx context.Context, env *environment, args []string) (int, err
 		}
 	}
 	if f.roster != "" {
-		stopWatch, err := watchRosterFile(ctx, f.roster, poke)
+		// Keep the roster in a directory of its own: the watch sees every
+		// change in its directory (to catch atomic renames).
+		w, err := filewatch.New(f.roster)
 		if err != nil {
 			return 1, fmt.Errorf("watching %q: %w", f.roster, err)
 		}
-		defer stopWatch()
+		wctx, stopWatch := context.WithCancel(ctx)
+		watching := make(chan struct{})
+		go func() { w.Run(wctx, 20*time.Millisecond, poke); close(watching) }()
+		defer func() { stopWatch(); <-watching }()
 		if err := reloadRoster(log, srv, f.roster); err != nil {
 			if !srv.Serving() {
 				return 1, err
@@ -207,51 +210,4 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	log.Info("roster applied", "path", path, "generation", r.Generation, "names", len(r.Names),
 		"applied_unix_nano", time.Now().UnixNano())
 	return nil
-}
-
-// watchRosterFile calls onChange when path is written, or replaced by a
-// rename (how controllers and editors write files atomically). It watches
-// the directory, since a rename replaces the file's inode; every change in
-// that directory wakes it, so the roster is best kept in a directory of its
-// own.
-func watchRosterFile(ctx context.Context, path string, onChange func()) (stop func(), err error) {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, err
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
-	if err := w.Add(filepath.Dir(abs)); err != nil {
-		w.Close()
-		return nil, err
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var debounce <-chan time.Time
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if filepath.Clean(ev.Name) == abs && !ev.Has(fsnotify.Chmod) {
-					debounce = time.After(20 * time.Millisecond)
-				}
-			case _, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-			case <-debounce:
-				debounce = nil
-				onChange()
-			}
-		}
-	}()
-	return func() { w.Close(); <-done }, nil
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/meshhost/meshhost/internal/filewatch"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,8 +17,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 
 	"github.com/meshhost/meshhost/spec"
 )
@@ -112,45 +111,29 @@ func (s *Source) Offer(data []byte, origin string) (*spec.Declaration, error) {
 // name is the declaration (so a controller can write gen-000042.json). A
 // faulty or stale file is logged and ignored; the previous declaration stays.
 func (s *Source) WatchPath(ctx context.Context, path string) error {
-	w, err := fsnotify.NewWatcher()
+	info, err := os.Stat(path)
+	if err != nil {
+		// An unreachable source (a directory not mounted yet, a file not
+		// written yet) is no reason to stop the agent: the declaration in
+		// force stays, and the path is tried again until it appears.
+		s.logger.Error("declaration path unreachable; the declaration in force stays, retrying every second", "path", path, "err", err)
+		for err != nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			info, err = os.Stat(path)
+		}
+		s.logger.Info("declaration path is back", "path", path)
+	}
+	w, err := filewatch.New(path)
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", path, err)
 	}
-	defer w.Close()
-	info, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("declaration path: %w", err)
-	}
-	dir := path
-	if !info.IsDir() {
-		dir = filepath.Dir(path) // watch the directory: editors and controllers replace files by rename
-	}
-	if err := w.Add(dir); err != nil {
-		return fmt.Errorf("watching %s: %w", dir, err)
-	}
 	s.readPath(path, info.IsDir())
-	// Writes come in bursts; read once things settle.
-	var settle <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if info.IsDir() || filepath.Clean(ev.Name) == filepath.Clean(path) {
-				settle = time.After(100 * time.Millisecond)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			s.logger.Warn("watching declaration path", "path", path, "err", err)
-		case <-settle:
-			s.readPath(path, info.IsDir())
-		}
-	}
+	w.Run(ctx, 100*time.Millisecond, func() { s.readPath(path, info.IsDir()) })
+	return nil
 }
 
 func (s *Source) readPath(path string, isDir bool) {
