@@ -54,7 +54,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	window := fs.Duration("budget-window", reconcile.DefaultBudget.Window, "the replacement budget's window")
 	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local resolver address (assigned to lo) for routed networks")
 	probeBinary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
-	probeOutside := fs.String("probe-outside", "", "a name outside the mesh the probe resolves through forwarding, as NAME or NAME=ADDR (default: skip that check)")
+	probeOutside := fs.String("probe-outside", "", "a name outside the mesh the probe must resolve through the resolver's forwarding, as NAME or NAME=ADDR; required before any network can switch to the resolver")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var upstreams, listens addrList
 	var allow prefixList
@@ -130,6 +130,9 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 			return 2, err
 		}
 		newProber = func(zone string) (agent.Prober, error) {
+			if outside == "" {
+				return nil, errors.New("no --probe-outside: the probe must prove that names outside the mesh still resolve through the resolver; give a name your upstream answers, e.g. --probe-outside example.org")
+			}
 			bin := *probeBinary
 			if bin == "" {
 				if bin, err = migrations.FindProbeBinary(); err != nil {

@@ -60,13 +60,14 @@ func runRoster(ctx context.Context, env *environment, args []string) (int, error
 		fmt.Fprintln(fs.Output(), "       meshhost roster accept GEN  let roster generation GEN drop more names than the guard allows")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return 2, err
 	}
 	switch {
-	case fs.NArg() == 3 && fs.Arg(0) == "diff":
-		a, errA := strconv.ParseUint(fs.Arg(1), 10, 64)
-		b, errB := strconv.ParseUint(fs.Arg(2), 10, 64)
+	case len(pos) == 3 && pos[0] == "diff":
+		a, errA := strconv.ParseUint(pos[1], 10, 64)
+		b, errB := strconv.ParseUint(pos[2], 10, 64)
 		if errA != nil || errB != nil {
 			return 2, errors.New("roster diff takes two roster generations, e.g. roster diff 6 7")
 		}
@@ -92,10 +93,10 @@ func runRoster(ctx context.Context, env *environment, args []string) (int, error
 		}
 		fmt.Fprint(env.stdout, d.String())
 		return 0, nil
-	case fs.NArg() == 2 && fs.Arg(0) == "accept":
-		gen, err := strconv.ParseUint(fs.Arg(1), 10, 64)
+	case len(pos) == 2 && pos[0] == "accept":
+		gen, err := strconv.ParseUint(pos[1], 10, 64)
 		if err != nil || gen == 0 {
-			return 2, fmt.Errorf("roster accept takes a roster generation, not %q", fs.Arg(1))
+			return 2, fmt.Errorf("roster accept takes a roster generation, not %q", pos[1])
 		}
 		if err := agent.AcceptRoster(*state, gen); err != nil {
 			return 1, err

@@ -173,14 +173,15 @@ func runExplain(ctx context.Context, env *environment, args []string) (int, erro
 		fmt.Fprintln(fs.Output(), "Usage: meshhost explain [flags] CONTAINER")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return 2, err
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		fs.Usage()
 		return 2, errors.New("name one container")
 	}
-	name := fs.Arg(0)
+	name := pos[0]
 	p, err := f.plan(ctx, env)
 	if err != nil {
 		return 1, err

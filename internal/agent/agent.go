@@ -88,6 +88,7 @@ type Agent struct {
 	mu         sync.Mutex
 	prober     Prober
 	proberZone string
+	proberErr  error // why no prober could be made; logged when it changes
 	exposed    bool
 	applied    uint64 // declaration generation last recorded in the journal
 	lastPass   time.Time
@@ -297,9 +298,13 @@ func (a *Agent) gate(ctx context.Context, roster *spec.Roster, rep *Report) erro
 		return fmt.Errorf("observing networks: %w", err)
 	}
 	if err := a.ensureProber(roster); err != nil {
-		a.log.Warn("cannot probe; every container keeps its copy", "err", err)
+		if a.proberErr == nil || a.proberErr.Error() != err.Error() {
+			a.log.Warn("cannot probe the networks; every container keeps its copied names until a probe passes", "err", err)
+		}
+		a.proberErr = err
 		return nil
 	}
+	a.proberErr = nil
 	if a.prober == nil {
 		return nil
 	}

@@ -12,10 +12,11 @@ import (
 // Diff is what changed between two rosters: the names added, removed, and
 // moved (same name, other addresses).
 type Diff struct {
-	From, To uint64 // roster generations; From is 0 for the first roster
-	Added    []Name `json:"added,omitempty"`
-	Removed  []Name `json:"removed,omitempty"`
-	Moved    []Move `json:"moved,omitempty"`
+	From    uint64 `json:"from"` // roster generations; From is 0 for the first roster
+	To      uint64 `json:"to"`
+	Added   []Name `json:"added,omitempty"`
+	Removed []Name `json:"removed,omitempty"`
+	Moved   []Move `json:"moved,omitempty"`
 }
 
 // Name is a roster name and its addresses.
