@@ -91,6 +91,7 @@ type Agent struct {
 	proberErr  error // why no prober could be made; logged when it changes
 	exposed    bool
 	applied    uint64 // declaration generation last recorded in the journal
+	saved      uint64 // declaration generation last saved in StateDir
 	lastPass   time.Time
 	lastErr    error
 	heldRoster error // why the declared roster is held, or nil
@@ -185,6 +186,16 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	}
 	rep = &Report{Generation: decl.Generation, Modes: map[string]string{}}
 
+	// 0. The declaration in force is saved before anything acts on it, so
+	// an agent killed mid-pass resumes toward it, not toward an older one
+	// (which would remove the containers the newer one added).
+	if decl.Generation != a.saved {
+		if err := a.saveDeclaration(decl); err != nil {
+			return rep, err
+		}
+		a.saved = decl.Generation
+	}
+
 	// 1. The roster reaches the resolver first; no container is touched.
 	roster, err := a.rosterInForce(decl.Roster)
 	if err != nil {
@@ -227,9 +238,6 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 
 	// 4. Remember what was applied.
 	if decl.Generation != a.applied {
-		if err := a.saveDeclaration(decl); err != nil {
-			return rep, err
-		}
 		if a.cfg.Journal != nil {
 			if _, err := a.cfg.Journal.RecordDeclaration(decl, time.Now()); err != nil && !strings.Contains(err.Error(), "older") {
 				a.log.Warn("recording the declaration in the journal", "err", err)
