@@ -28,12 +28,17 @@ vet:
 
 # test: everything, against a real podman service. scripts/podman-up installs
 # and starts it when missing and prints the environment the tests read.
+# Packages run one at a time (-p 1, after a parallel build): agents under test
+# probe every network on the machine and bind gateways' port 53, so tests of
+# different packages sharing one podman would otherwise disturb each other.
 test:
 	@set -euo pipefail; \
 	eval "$$(scripts/podman-up)"; \
 	echo "podman: $$MESHHOST_PODMAN_SOCKET"; \
 	go vet ./...; \
-	CGO_ENABLED=1 go test -race -count=1 -timeout 40m ./...; \
+	CGO_ENABLED=1 go test -race -count=1 -run '^$$' ./... >/dev/null; \
+	CGO_ENABLED=1 go test -race -count=1 -p 1 -timeout 40m ./...; \
+	MESHHOST_DISRUPTIVE=1 CGO_ENABLED=1 go test -count=1 -run 'TestDisruptive' ./cmd/meshhost/; \
 	$(MAKE) --no-print-directory fuzz-short
 
 # fuzz: each fuzz target for FUZZTIME (default 30s); fuzz-short is CI's brief run.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/meshhost/meshhost/internal/podmantest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -50,6 +51,9 @@ func needPodman(t *testing.T) (string, []string, []string) {
 // for 10.88.0.1:53 with other packages' tests.
 func TestPodmanContainer(t *testing.T) {
 	bin, global, env := needPodman(t)
+	// Agents in other packages' tests probe every network on the machine
+	// and bind gateways' port 53: take the machine-wide lock they take.
+	podmantest.Exclusive(t)
 	const image = "localhost/meshhost-busybox:latest"
 	podman := func(timeout time.Duration, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
