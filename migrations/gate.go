@@ -202,13 +202,21 @@ func (g *Gate) Observe(nets []Network) (changed bool, err error) {
 			if !ns.Present || ns.Kind != KindOf(n) {
 				changed = true
 			}
-			if ns.Kind != "" && ns.Kind != KindOf(n) {
+			subnets := subnetsOf(n)
+			switch {
+			case ns.Kind != "" && ns.Kind != KindOf(n):
 				// Recreated under the same name with other settings: what
 				// was proven is void.
 				g.log.Warn("network changed kind; probing it again", "network", n.Name, "from", ns.Kind, "to", KindOf(n))
 				*ns = NetworkState{}
+			case len(ns.Subnets) > 0 && !slices.Equal(ns.Subnets, subnets):
+				// Same kind, other addresses: the proven DNS server may
+				// not even be on it any more. (Podman refuses to remove a
+				// network with containers, so none is on it yet.)
+				g.log.Warn("network changed its subnets; probing it again", "network", n.Name, "from", ns.Subnets, "to", subnets)
+				*ns = NetworkState{}
 			}
-			ns.Kind, ns.Present = KindOf(n), true
+			ns.Kind, ns.Present, ns.Subnets = KindOf(n), true, subnets
 		}
 		return nil
 	})
@@ -495,4 +503,15 @@ func mergeDNS(a, b spec.DNSConfig) spec.DNSConfig {
 
 func sameDNS(a, b spec.DNSConfig) bool {
 	return slices.Equal(a.Servers, b.Servers) && slices.Equal(a.Search, b.Search) && slices.Equal(a.Options, b.Options)
+}
+
+// subnetsOf returns a network's subnets and gateways, sorted, as Observe
+// compares them.
+func subnetsOf(n Network) []string {
+	var out []string
+	for _, sn := range n.Subnets {
+		out = append(out, sn.Prefix.String()+" via "+sn.Gateway.String())
+	}
+	slices.Sort(out)
+	return out
 }

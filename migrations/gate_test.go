@@ -406,3 +406,27 @@ func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
 	}
 	return m.GetGauge().GetValue()
 }
+
+func TestRecreatedNetworkIsProbedAgain(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	g := openGate(t, t.TempDir(), clk, nil)
+	mustDo(t, g.SetFlag(spec.FlagOn))
+	_, err := g.Observe([]Network{defaultNet})
+	mustDo(t, err)
+	mustDo(t, g.Record([]Result{result(defaultNet, true, t0)}))
+	if got := g.NeedsProbe(); len(got) != 0 {
+		t.Fatalf("NeedsProbe right after a pass = %v, want none", got)
+	}
+	// The same name and kind, recreated on another subnet: the proven DNS
+	// server may not be on it, so the proof is void and it is probed again.
+	moved := defaultNet
+	moved.Subnets = []Subnet{{netip.MustParsePrefix("10.90.0.0/16"), netip.MustParseAddr("10.90.0.1")}}
+	changed, err := g.Observe([]Network{moved})
+	mustDo(t, err)
+	if diff := cmp.Diff([]string{"podman"}, g.NeedsProbe()); diff != "" {
+		t.Errorf("NeedsProbe after the subnet moved (changed=%v) (-want +got):\n%s", changed, diff)
+	}
+	if m := g.Mode([]string{"podman"}, nil); m.Names != spec.Copy {
+		t.Errorf("mode on the moved network before a new probe = %s, want copy (fail closed)", m.Names)
+	}
+}

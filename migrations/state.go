@@ -46,6 +46,9 @@ type NetworkState struct {
 	Kind Kind `json:"kind"`
 	// Present: the runtime reported the network at the last Observe.
 	Present bool `json:"present"`
+	// Subnets are the network's subnets and gateways at the last Observe
+	// ("10.89.0.0/24 via 10.89.0.1"); a change voids what was proven.
+	Subnets []string `json:"subnets,omitempty"`
 	// Last is the latest probe; nil before the first.
 	Last *Result `json:"last,omitempty"`
 	// Proven is the configuration the latest passing probe proved; it
