@@ -5,6 +5,7 @@ package migrations_test
 import (
 	"context"
 	"encoding/binary"
+	"github.com/meshhost/meshhost/internal/podmannet"
 	"net"
 	"net/netip"
 	"os"
@@ -37,33 +38,8 @@ const (
 
 var outsideAddr = netip.MustParseAddr("192.0.2.80")
 
-// probeRuntime is what the agent wires: reconcile/podman's Runtime, its
-// networks and version in migrations' terms.
-type probeRuntime struct{ *podman.Runtime }
-
-func (p probeRuntime) Networks(ctx context.Context) ([]migrations.Network, error) {
-	nets, err := p.Runtime.Networks(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]migrations.Network, 0, len(nets))
-	for _, n := range nets {
-		m := migrations.Network{Name: n.Name, Driver: n.Driver, DNSEnabled: n.DNSEnabled, Internal: n.Internal}
-		for _, s := range n.Subnets {
-			m.Subnets = append(m.Subnets, migrations.Subnet{Prefix: s.Prefix, Gateway: s.Gateway})
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-func (p probeRuntime) Version(ctx context.Context) (string, error) {
-	v, err := p.Runtime.Version(ctx)
-	if err != nil {
-		return "", err
-	}
-	return "podman " + v.Version, nil
-}
+// probeRuntime is what the agent wires.
+type probeRuntime = podmannet.Runtime
 
 var (
 	buildOnce sync.Once
@@ -192,7 +168,7 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{h: h, rt: probeRuntime{p}, node: nodeLocal(t), stub: stubUpstream(t)}
+	e := &env{h: h, rt: probeRuntime{Runtime: p}, node: nodeLocal(t), stub: stubUpstream(t)}
 	start := time.Now()
 	e.image, err = migrations.ProbeImage(ctx, p, probeBinary(t))
 	if err != nil {

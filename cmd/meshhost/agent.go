@@ -117,7 +117,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		if err != nil {
 			return 1, err
 		}
-		rt, nets, inPlace = p, probeRuntime{p}, updates
+		rt, nets, inPlace = p, probeRuntime{Runtime: p}, updates
 		if !inPlace {
 			logger.Info("this podman does not keep in-place resource updates across restarts (before 5.1): resource changes replace the container")
 		}
@@ -144,7 +144,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 				return nil, err
 			}
 			return migrations.NewRunner(migrations.RunnerConfig{
-				Runtime: probeRuntime{p}, Resolver: srv, Image: image, Zone: zone,
+				Runtime: probeRuntime{Runtime: p}, Resolver: srv, Image: image, Zone: zone,
 				Outside: outside, OutsideWant: outsideWant, NodeLocal: nl, Allow: allow, Logger: logger,
 			})
 		}

@@ -182,17 +182,6 @@ func fltActions(log, prefix string) string {
 	return strings.Join(acts, " ")
 }
 
-func fltWait(t *testing.T, what string, limit time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", limit, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // TestAgentSIGKILLMidReplacement kills the agent (a subprocess) with SIGKILL
 // at several points of a roster change that, in copy mode, replaces every
 // container, restarts it on the same state directory each time, and checks
@@ -271,7 +260,7 @@ func TestAgentSIGKILLMidReplacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ids map[string]string
-	fltWait(t, "the three containers run with roster 1", 60*time.Second, func() bool {
+	eventually(t, "the three containers run with roster 1", 60*time.Second, func() bool {
 		var ok bool
 		ids, ok = converged(1)
 		return ok
@@ -364,7 +353,7 @@ func TestAgentSIGKILLMidReplacement(t *testing.T) {
 		if err := push(decl(gen)); err != nil {
 			t.Fatalf("roster %d after the restart: %v", gen, err)
 		}
-		fltWait(t, fmt.Sprintf("roster %d converges after the restart", gen), 60*time.Second, func() bool {
+		eventually(t, fmt.Sprintf("roster %d converges after the restart", gen), 60*time.Second, func() bool {
 			var ok bool
 			ids, ok = converged(gen)
 			return ok
@@ -505,7 +494,7 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 	logs, done, stop := fltInProcess(t, args...)
 
 	var ids map[string]string
-	fltWait(t, "both containers run", 60*time.Second, func() bool {
+	eventually(t, "both containers run", 60*time.Second, func() bool {
 		var clean bool
 		ids, clean = fltRunningIDs(h)
 		return clean && ids[a] != "" && ids[b] != "" && strings.Contains(logs.String(), `msg="declaration applied"`)
@@ -519,7 +508,7 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, strings.TrimSpace(string(body))
 	}
-	fltWait(t, "/healthz answers 200", 10*time.Second, func() bool { code, _ := healthz(); return code == http.StatusOK })
+	eventually(t, "/healthz answers 200", 10*time.Second, func() bool { code, _ := healthz(); return code == http.StatusOK })
 
 	// The source goes away: the file, then the directory, and the push
 	// endpoint's socket.
@@ -548,7 +537,7 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 			}
 			logs, done, _ = fltInProcess(t, args...)
 			mark = 0
-			fltWait(t, "the restarted agent serves again", 20*time.Second, func() bool {
+			eventually(t, "the restarted agent serves again", 20*time.Second, func() bool {
 				code, _ := healthz()
 				return code == http.StatusOK && strings.Contains(logs.String(), `msg="declaration applied"`)
 			})
@@ -684,7 +673,7 @@ func TestDisruptivePodmanRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ids map[string]string
-	fltWait(t, "the first container runs", 60*time.Second, func() bool {
+	eventually(t, "the first container runs", 60*time.Second, func() bool {
 		var clean bool
 		ids, clean = fltRunningIDs(h)
 		return clean && ids[a] != ""
@@ -696,12 +685,12 @@ func TestDisruptivePodmanRestart(t *testing.T) {
 	if err := push(fltDecl(machine, 2, a, b)); err != nil {
 		t.Fatal(err)
 	}
-	fltWait(t, "the pass for generation 2 begins", 10*time.Second, func() bool {
+	eventually(t, "the pass for generation 2 begins", 10*time.Second, func() bool {
 		return strings.Contains(logs.String()[mark:], "roster in force")
 	})
 	fltStopPodman(t, runDir)
 	down := time.Now()
-	fltWait(t, "a pass fails for want of podman", 20*time.Second, func() bool {
+	eventually(t, "a pass fails for want of podman", 20*time.Second, func() bool {
 		return strings.Contains(logs.String()[mark:], "pass failed")
 	})
 	var failed string
@@ -728,7 +717,7 @@ func TestDisruptivePodmanRestart(t *testing.T) {
 	}
 
 	fltPodmanUp(t, runDir)
-	fltWait(t, "generation 2 converges once podman is back", 60*time.Second, func() bool {
+	eventually(t, "generation 2 converges once podman is back", 60*time.Second, func() bool {
 		got, clean := fltRunningIDs(h)
 		if !clean || got[a] == "" || got[b] == "" || len(got) != 2 {
 			return false

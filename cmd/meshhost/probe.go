@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/meshhost/meshhost/internal/podmannet"
 	"net"
 	"net/netip"
 	"strings"
@@ -94,7 +95,7 @@ Exit 0 when every network passed, 3 when one failed.`)
 		return 1, err
 	}
 	runner, err := migrations.NewRunner(migrations.RunnerConfig{
-		Runtime: probeRuntime{p}, Resolver: srv, Image: image, Zone: probeZone,
+		Runtime: probeRuntime{Runtime: p}, Resolver: srv, Image: image, Zone: probeZone,
 		Outside: probeOutside, OutsideWant: probeOutsideAddr, NodeLocal: nl,
 	})
 	if err != nil {
@@ -108,7 +109,7 @@ Exit 0 when every network passed, 3 when one failed.`)
 		}
 		prefer = gate.Strategies()
 	}
-	nets, err := probeRuntime{p}.Networks(ctx)
+	nets, err := probeRuntime{Runtime: p}.Networks(ctx)
 	if err != nil {
 		return 1, err
 	}
@@ -148,33 +149,8 @@ func printProbeTable(env *environment, results []migrations.Result) {
 	tw.Flush()
 }
 
-// probeRuntime gives migrations reconcile/podman's Runtime: its networks
-// and version in migrations' terms. The agent wires the same.
-type probeRuntime struct{ *podman.Runtime }
-
-func (p probeRuntime) Networks(ctx context.Context) ([]migrations.Network, error) {
-	nets, err := p.Runtime.Networks(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]migrations.Network, 0, len(nets))
-	for _, n := range nets {
-		m := migrations.Network{Name: n.Name, Driver: n.Driver, DNSEnabled: n.DNSEnabled, Internal: n.Internal}
-		for _, s := range n.Subnets {
-			m.Subnets = append(m.Subnets, migrations.Subnet{Prefix: s.Prefix, Gateway: s.Gateway})
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-func (p probeRuntime) Version(ctx context.Context) (string, error) {
-	v, err := p.Runtime.Version(ctx)
-	if err != nil {
-		return "", err
-	}
-	return "podman " + v.Version, nil
-}
+// probeRuntime gives migrations reconcile/podman's Runtime in its terms.
+type probeRuntime = podmannet.Runtime
 
 // startStubUpstream answers A questions for probeOutside with
 // probeOutsideAddr, and NXDOMAIN for anything else, on a loopback UDP port
