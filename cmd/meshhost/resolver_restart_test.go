@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestResolverRestartUnderLoad kills `meshhost resolver` with SIGKILL while
+// clients query it, and starts it again with its roster file gone (as if
+// the controller were unreachable): the saved roster must answer first, no
+// query may ever get a wrong answer, and the failed queries are counted and
+// bounded by the time the process was away.
+func TestResolverRestartUnderLoad(t *testing.T) {
+	bin := fltBuild(t)
+	rosterDir, state := t.TempDir(), filepath.Join(t.TempDir(), "roster.json")
+	rosterFile := filepath.Join(rosterDir, "roster.json")
+	var names []string
+	for i := range 20000 {
+		names = append(names, fmt.Sprintf(`"svc%d.mesh.internal": ["10.%d.%d.%d"]`, i, 64+i/65536, i/256%256, i%256))
+	}
+	names = append(names, `"alpha.mesh.internal": ["10.1.1.1"]`)
+	writeAtomic(t, rosterFile, fmt.Sprintf(`{"generation": 1, "zones": ["mesh.internal"], "names": {%s}}`, strings.Join(names, ",")))
+	addr := freePort(t)
+	start := func(logs *syncBuffer) *exec.Cmd {
+		cmd := exec.Command(bin, "resolver", "--roster", rosterFile, "--listen", addr.String(), "--state", state, "--upstream", "127.0.0.1:1")
+		cmd.Stdout, cmd.Stderr = logs, logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	logs := &syncBuffer{}
+	first := start(logs)
+	waitUntil(t, "the resolver answers", func() bool { return lookup(addr, "alpha.mesh.internal.") == "10.1.1.1" })
+
+	// Load: 4 clients, each at most one query every 2ms (2,000 qps at most).
+	var ok, failed, wrong atomic.Int64
+	var lastOK atomic.Int64 // unix nanos of the latest good answer
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				switch got := lookup(addr, "alpha.mesh.internal."); got {
+				case "10.1.1.1":
+					ok.Add(1)
+					lastOK.Store(time.Now().UnixNano())
+				case "":
+					failed.Add(1)
+				default:
+					wrong.Add(1)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(time.Second)
+
+	// SIGKILL; the controller is unreachable: the roster file is gone.
+	first.Process.Signal(syscall.SIGKILL)
+	first.Wait()
+	killed := time.Now()
+	failedBefore := failed.Load()
+	if err := os.Remove(rosterFile); err != nil {
+		t.Fatal(err)
+	}
+	logs2 := &syncBuffer{}
+	start(logs2)
+	waitUntil(t, "the restarted resolver answers from its saved roster", func() bool {
+		return lastOK.Load() > killed.UnixNano()
+	})
+	back := time.Unix(0, lastOK.Load())
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	away := back.Sub(killed)
+	t.Logf("away %s (kill to first good answer); %d good, %d failed (%d while away), %d wrong",
+		away.Round(time.Millisecond), ok.Load(), failed.Load(), failed.Load()-failedBefore, wrong.Load())
+	if wrong.Load() != 0 {
+		t.Errorf("%d queries got a wrong answer", wrong.Load())
+	}
+	if failedBefore != 0 {
+		t.Errorf("%d queries failed before the kill", failedBefore)
+	}
+	// A query fails within its 1s timeout; 4 clients: bounded by the gap.
+	if bound := int64(4 * (away/(2*time.Millisecond) + 2)); failed.Load()-failedBefore > bound {
+		t.Errorf("%d queries failed while away %s; more than %d", failed.Load()-failedBefore, away, bound)
+	}
+	if away > 5*time.Second {
+		t.Errorf("the restarted resolver took %s to answer from its saved roster", away)
+	}
+}
