@@ -252,7 +252,7 @@ func TestLoad(t *testing.T) {
 	n := replaced(before, ids(f.rt))
 	runtime.ReadMemStats(&ms)
 	peak = max(peak, ms.HeapInuse)
-	t.Logf("%d roster changes in %s (push+pass median-free mean %s), replaced %d, peak heap in use %d MB, VmHWM %s",
+	t.Logf("%d roster changes in %s (mean push+pass %s), replaced %d, peak heap in use %d MB, VmHWM %s",
 		changes, time.Since(start).Round(time.Millisecond), (passTotal / time.Duration(changes)).Round(time.Microsecond), n, peak>>20, vmHWM())
 	if n != 0 {
 		t.Errorf("%d containers replaced by roster changes in resolve mode, want 0", n)
