@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +54,8 @@ type Gate struct {
 	mu    sync.Mutex
 	state *State
 	stamp fileStamp // of the state file when state was read or written
+	// autoHeldBy lists the networks holding flag auto back, as last logged.
+	autoHeldBy string
 }
 
 type fileStamp struct {
@@ -288,16 +291,27 @@ func (g *Gate) evaluate(s *State) {
 	now := g.cfg.Now()
 	passing := func(ns *NetworkState) bool { return ns.Last != nil && ns.Last.Pass && ns.Proven != nil }
 	if s.Flag == spec.FlagAuto && s.AutoSwitchedAt.IsZero() {
-		present, all := 0, true
-		for _, ns := range s.Networks {
-			if ns.Present {
+		present := 0
+		var holding []string // present networks without a passing probe
+		for _, name := range slices.Sorted(maps.Keys(s.Networks)) {
+			if ns := s.Networks[name]; ns.Present {
 				present++
-				all = all && passing(ns)
+				if !passing(ns) {
+					holding = append(holding, name)
+				}
 			}
 		}
-		if present > 0 && all {
+		if present > 0 && len(holding) == 0 {
 			s.AutoSwitchedAt = now
 			g.log.Info("every network passed its probe: switching the machine to resolve mode", "networks", present)
+		}
+		// Say which networks hold the machine back, when that changes.
+		if held := strings.Join(holding, ","); held != g.autoHeldBy {
+			g.autoHeldBy = held
+			if held != "" {
+				g.log.Warn("mesh_names auto: the machine keeps copied names until these networks pass their probe",
+					"networks", holding)
+			}
 		}
 	}
 	if s.Flag != spec.FlagAuto {
