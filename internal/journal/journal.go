@@ -26,6 +26,11 @@ const Version = 1
 // DefaultKeep is how many entries of each kind a journal keeps.
 const DefaultKeep = 200
 
+// DefaultMaxBytes bounds the bytes of each kind of entry: a declaration
+// carries its whole roster (about 5 MB at 100,000 names), so 200 of them
+// could take a gigabyte. The newest entry is always kept.
+const DefaultMaxBytes = 256 << 20
+
 // ErrNotFound is returned for a generation the journal does not hold (never
 // applied, or pruned).
 var ErrNotFound = errors.New("not in the journal")
@@ -35,13 +40,17 @@ type Options struct {
 	// Keep is how many declarations, and how many passes, are kept.
 	// Default DefaultKeep.
 	Keep int
+	// MaxBytes bounds the bytes of the declarations kept, and of the passes
+	// kept; the oldest go first. Default DefaultMaxBytes.
+	MaxBytes int64
 }
 
 // Journal is a machine's history in a directory. It is safe for concurrent
 // use by one process.
 type Journal struct {
-	dir  string
-	keep int
+	dir      string
+	keep     int
+	maxBytes int64
 
 	// mu guards writes and nextSeq.
 	mu      sync.Mutex
@@ -55,7 +64,7 @@ const (
 
 // Open opens the journal in dir, creating it if needed.
 func Open(dir string, opts Options) (*Journal, error) {
-	j := &Journal{dir: dir, keep: cmp.Or(opts.Keep, DefaultKeep)}
+	j := &Journal{dir: dir, keep: cmp.Or(opts.Keep, DefaultKeep), maxBytes: cmp.Or(opts.MaxBytes, DefaultMaxBytes)}
 	for _, sub := range []string{declarationsDir, passesDir} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o750); err != nil {
 			return nil, fmt.Errorf("opening journal: %w", err)
@@ -102,7 +111,9 @@ func (j *Journal) path(sub string, key uint64) string {
 // write stores v as the entry key of sub, atomically, and prunes the oldest
 // entries beyond Keep. mu must be held.
 func (j *Journal) write(sub string, key uint64, v any) error {
-	data, err := json.MarshalIndent(v, "", "  ")
+	// Compact: indenting would also indent an embedded declaration, and
+	// with it a roster of 100,000 names.
+	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encoding journal entry: %w", err)
 	}
@@ -113,11 +124,20 @@ func (j *Journal) write(sub string, key uint64, v any) error {
 	if err != nil {
 		return err
 	}
-	for len(keys) > j.keep {
+	sizes := make([]int64, len(keys))
+	var total int64
+	for i, k := range keys {
+		if fi, err := os.Stat(j.path(sub, k)); err == nil {
+			sizes[i] = fi.Size()
+			total += sizes[i]
+		}
+	}
+	for len(keys) > 1 && (len(keys) > j.keep || total > j.maxBytes) {
 		if err := os.Remove(j.path(sub, keys[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("pruning journal: %w", err)
 		}
-		keys = keys[1:]
+		total -= sizes[0]
+		keys, sizes = keys[1:], sizes[1:]
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -127,5 +128,35 @@ func TestJournal(t *testing.T) {
 	}
 	if d, err := j.Declaration(5); err != nil || d.Generation != 5 {
 		t.Errorf("Declaration(5) = %v, %v", d, err)
+	}
+}
+
+func TestJournalBoundsBytes(t *testing.T) {
+	dir := t.TempDir()
+	j, err := journal.Open(dir, journal.Options{MaxBytes: 3000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each declaration carries a roster of 40 names: about 1.5 KB an entry,
+	// so 3000 bytes hold the newest one or two, however many Keep allows.
+	for gen := uint64(1); gen <= 6; gen++ {
+		n := map[string][]netip.Addr{}
+		for i := range 40 {
+			n[fmt.Sprintf("svc%d.gen%d.internal", i, gen)] = addrs("10.89.0.7")
+		}
+		if _, err := j.RecordDeclaration(declaration(gen, gen, n), time.Now()); err != nil {
+			t.Fatalf("RecordDeclaration(%d): %v", gen, err)
+		}
+	}
+	decls, err := j.Declarations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(decls) == 0 || len(decls) > 2 || decls[len(decls)-1].Generation != 6 {
+		var gens []uint64
+		for _, d := range decls {
+			gens = append(gens, d.Generation)
+		}
+		t.Errorf("declarations kept under a 3000-byte bound: %v; want the newest one or two, ending with 6", gens)
 	}
 }
