@@ -20,7 +20,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	h := podmantest.New(t)
 	podmantest.Exclusive(t) // the agent binds the default network's gateway
 	state := t.TempDir()
-	probe := buildMeshprobe(t)
+	probe := buildMeshprobe(t, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stub, err := startStubUpstream(ctx)

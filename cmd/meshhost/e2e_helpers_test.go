@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -16,11 +18,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/migrations"
 )
 
 // buildMeshprobe builds cmd/meshprobe into a temporary directory and
-// returns its path. CGO_ENABLED=0: the probe image has no libc.
-func buildMeshprobe(t *testing.T) string {
+// returns its path. CGO_ENABLED=0: the probe image has no libc. The agent
+// imports the binary as a probe image named by its hash; the cleanup removes
+// that image, so the test leaves no image behind.
+func buildMeshprobe(t *testing.T, h *podmantest.Harness) string {
 	t.Helper()
 	probe := filepath.Join(t.TempDir(), "meshprobe")
 	build := exec.Command("go", "build", "-trimpath", "-o", probe, "../meshprobe")
@@ -28,6 +35,17 @@ func buildMeshprobe(t *testing.T) string {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building meshprobe: %v\n%s", err, out)
 	}
+	bin, err := os.ReadFile(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(bin)
+	ref := migrations.ProbeImageRepo + ":" + hex.EncodeToString(sum[:8])
+	t.Cleanup(func() {
+		if out, err := h.Podman("rmi", "--ignore", "-f", ref); err != nil {
+			t.Logf("removing the probe image %s: %v: %s", ref, err, out)
+		}
+	})
 	return probe
 }
 

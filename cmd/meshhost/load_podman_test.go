@@ -22,7 +22,7 @@ func TestLoadPodmanMigration(t *testing.T) {
 	const n = 50
 	h := podmantest.New(t)
 	podmantest.Exclusive(t)
-	probe := buildMeshprobe(t)
+	probe := buildMeshprobe(t, h)
 	ctx := t.Context()
 	stub, err := startStubUpstream(ctx)
 	if err != nil {

@@ -70,7 +70,7 @@ func TestMigrationEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe := buildMeshprobe(t)
+	probe := buildMeshprobe(t, h)
 	state := t.TempDir()
 	machine := strings.TrimSuffix(h.Prefix(), "-")
 	push := filepath.Join(state, "push.sock")
