@@ -16,12 +16,13 @@ FUZZTIME ?= 30s
 # build: meshhost and, next to it, the static probe binary the migration
 # gate imports into its probe image (no libc there: CGO_ENABLED=0).
 build:
-	go build -o bin/meshhost ./cmd/meshhost
+	CGO_ENABLED=0 go build -o bin/meshhost ./cmd/meshhost
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/meshprobe ./cmd/meshprobe
 
 # demo: the incident replayed on the embedded in-memory runtime (no podman).
+# CGO_ENABLED=0, as meshhost is built: no C toolchain or headers needed.
 demo:
-	go run ./cmd/meshhost demo
+	CGO_ENABLED=0 go run ./cmd/meshhost demo
 
 vet:
 	go vet ./...

@@ -4,9 +4,6 @@ package migrations_test
 
 import (
 	"context"
-	"encoding/binary"
-	"github.com/meshhost/meshhost/internal/podmannet"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -17,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/dnsstub"
+	"github.com/meshhost/meshhost/internal/podmannet"
 	"github.com/meshhost/meshhost/internal/podmantest"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"
@@ -70,65 +69,15 @@ func probeBinary(t *testing.T) string {
 	return probeBin
 }
 
-// stubUpstream answers A questions for outsideName with outsideAddr and
-// NXDOMAIN for anything else, on a loopback UDP port.
+// stubUpstream answers A for outsideName with outsideAddr and NXDOMAIN for
+// anything else, on a loopback UDP port.
 func stubUpstream(t *testing.T) netip.AddrPort {
 	t.Helper()
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	addr, err := dnsstub.Start(t.Context(), outsideName, outsideAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if resp := stubAnswer(buf[:n]); resp != nil {
-				pc.WriteTo(resp, from)
-			}
-		}
-	}()
-	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
-}
-
-func stubAnswer(q []byte) []byte {
-	if len(q) < 12 || binary.BigEndian.Uint16(q[4:]) != 1 {
-		return nil
-	}
-	// Question name.
-	i, labels := 12, []string{}
-	for i < len(q) && q[i] != 0 {
-		l := int(q[i])
-		if l > 63 || i+1+l > len(q) {
-			return nil
-		}
-		labels = append(labels, string(q[i+1:i+1+l]))
-		i += 1 + l
-	}
-	end := i + 5 // zero label, type, class
-	if end > len(q) {
-		return nil
-	}
-	qtype := binary.BigEndian.Uint16(q[i+1:])
-	resp := append([]byte(nil), q[:end]...)
-	resp[2] = 0x84 | q[2]&0x01 // QR, AA, RD copied
-	resp[3] = 0x80             // RA, NOERROR
-	binary.BigEndian.PutUint16(resp[6:], 0)
-	binary.BigEndian.PutUint16(resp[8:], 0)
-	binary.BigEndian.PutUint16(resp[10:], 0)
-	if !strings.EqualFold(strings.Join(labels, "."), outsideName) {
-		resp[3] |= 3 // NXDOMAIN
-		return resp
-	}
-	if qtype == 1 {
-		binary.BigEndian.PutUint16(resp[6:], 1)
-		a := outsideAddr.As4()
-		resp = append(resp, 0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, a[0], a[1], a[2], a[3])
-	}
-	return resp
+	return addr
 }
 
 // nodeLocal adds testNodeLocal to lo for the test, or skips it.

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/meshhost/meshhost/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/atomicfile"
 	"github.com/meshhost/meshhost/spec"
 )
 

@@ -31,6 +31,17 @@ func (r *Reconciler) Plan(ctx context.Context, desired []spec.Rendered) (*Plan, 
 	if err != nil {
 		return nil, fmt.Errorf("planning: listing containers: %w", err)
 	}
+	return r.PlanObserved(ctx, desired, observed)
+}
+
+// PlanObserved is Plan from a List the caller already made (the agent lists
+// once per pass, for the migration gate and the plan alike), so a pass with
+// nothing to do still costs one List call.
+func (r *Reconciler) PlanObserved(ctx context.Context, desired []spec.Rendered, observed []Observed) (*Plan, error) {
+	if err := checkDesired(desired); err != nil {
+		return nil, err
+	}
+	var err error
 	p := planner{desired: desired, observed: make(map[string]*Observed, len(observed)), owner: r.cfg.Owner, noInPlace: r.cfg.NoInPlaceUpdates}
 	for i := range observed {
 		p.observed[observed[i].Name] = &observed[i]

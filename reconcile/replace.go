@@ -40,8 +40,10 @@ func (r *Reconciler) replace(ctx context.Context, o *Outcome) (string, error) {
 		return "", fail("stopping old container", err)
 	}
 	if err := r.rt.Rename(ctx, old, name+AsideSuffix); err != nil {
-		if rerr := r.rt.Start(context.WithoutCancel(ctx), old); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("restarting the old container: %w", rerr))
+		if o.Running { // put it back as it was: a stopped one stays stopped
+			if rerr := r.rt.Start(context.WithoutCancel(ctx), old); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("restarting the old container: %w", rerr))
+			}
 		}
 		return "", fail("renaming old container aside", err)
 	}

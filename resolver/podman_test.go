@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"github.com/meshhost/meshhost/internal/podmantest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/podmantest"
 	"github.com/meshhost/meshhost/spec"
 )
 

@@ -3,13 +3,13 @@ package resolver
 import (
 	"errors"
 	"fmt"
-	"github.com/meshhost/meshhost/internal/atomicfile"
 	"io/fs"
 	"os"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/atomicfile"
 	"github.com/meshhost/meshhost/spec"
 )
 

@@ -4,12 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"github.com/meshhost/meshhost/internal/filewatch"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meshhost/meshhost/internal/filewatch"
 )
 
 // setUpstreams publishes the forward targets.

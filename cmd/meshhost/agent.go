@@ -1,11 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/meshhost/meshhost/internal/atomicfile"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/atomicfile"
 	"github.com/meshhost/meshhost/internal/declsource"
 	"github.com/meshhost/meshhost/internal/journal"
 	"github.com/meshhost/meshhost/migrations"
@@ -169,12 +170,13 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	if err != nil {
 		return 1, err
 	}
+	var savedState []byte // reconciler state last written; AfterPass runs under the agent's lock
 	a, err := agent.New(agent.Config{
 		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source,
 		Networks: nets, NewProber: newProber, Journal: jnl, StateDir: *stateDir,
 		Interval: *interval, Logger: logger, Registerer: reg,
 		AfterPass: func(*agent.Report) {
-			saveReconcileState(filepath.Join(*stateDir, reconcileStateFile), rec, logger)
+			savedState = saveReconcileState(filepath.Join(*stateDir, reconcileStateFile), rec, savedState, logger)
 		},
 	})
 	if err != nil {
@@ -250,11 +252,9 @@ func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
 	}
 }
 
+// parseOutside reads --probe-outside: NAME, or NAME=ADDR.
 func parseOutside(v string) (string, netip.Addr, error) {
-	if v == "" {
-		return "", netip.Addr{}, nil
-	}
-	name, addr, ok := cutLast(v, "=")
+	name, addr, ok := strings.Cut(v, "=")
 	if !ok {
 		return v, netip.Addr{}, nil
 	}
@@ -263,15 +263,6 @@ func parseOutside(v string) (string, netip.Addr, error) {
 		return "", netip.Addr{}, fmt.Errorf("--probe-outside %q: %q is not an address", v, addr)
 	}
 	return name, a, nil
-}
-
-func cutLast(s, sep string) (string, string, bool) {
-	for i := len(s) - len(sep); i >= 0; i-- {
-		if s[i:i+len(sep)] == sep {
-			return s[:i], s[i+len(sep):], true
-		}
-	}
-	return s, "", false
 }
 
 // reconcileState is what the reconciler keeps across restarts, so a restart
@@ -295,9 +286,17 @@ func loadReconcileState(path string, logger *slog.Logger) reconcileState {
 	return st
 }
 
-func saveReconcileState(path string, rec *reconcile.Reconciler, logger *slog.Logger) {
+// saveReconcileState writes the reconciler's state when it differs from
+// what was last written (prev), and returns what is on disk now: a pass that
+// replaced nothing writes nothing.
+func saveReconcileState(path string, rec *reconcile.Reconciler, prev []byte, logger *slog.Logger) []byte {
 	data, _ := json.Marshal(reconcileState{Version: 1, BudgetUsed: rec.BudgetUsed(), Adoptions: rec.Adoptions()})
+	if bytes.Equal(data, prev) {
+		return prev
+	}
 	if err := atomicfile.Write(path, data, 0o600); err != nil {
 		logger.Error("saving reconciler state", "path", path, "err", err)
+		return prev
 	}
+	return data
 }

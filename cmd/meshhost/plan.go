@@ -106,7 +106,7 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*reconcile.Plan,
 	if err != nil {
 		return nil, err
 	}
-	return rec.Plan(ctx, desired)
+	return rec.PlanObserved(ctx, desired, observed)
 }
 
 // actionJSON is one action of `meshhost plan --output json`.

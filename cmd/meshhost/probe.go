@@ -3,17 +3,15 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/meshhost/meshhost/internal/podmannet"
-	"net"
 	"net/netip"
-	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/dnsstub"
+	"github.com/meshhost/meshhost/internal/podmannet"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"
 	"github.com/meshhost/meshhost/resolver"
@@ -152,60 +150,8 @@ func printProbeTable(env *environment, results []migrations.Result) {
 // probeRuntime gives migrations reconcile/podman's Runtime in its terms.
 type probeRuntime = podmannet.Runtime
 
-// startStubUpstream answers A questions for probeOutside with
-// probeOutsideAddr, and NXDOMAIN for anything else, on a loopback UDP port
-// until ctx ends.
+// startStubUpstream answers A for probeOutside with probeOutsideAddr, and
+// NXDOMAIN for anything else, on a loopback UDP port until ctx ends.
 func startStubUpstream(ctx context.Context) (netip.AddrPort, error) {
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("starting the probe's stub upstream: %w", err)
-	}
-	context.AfterFunc(ctx, func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if resp := stubAnswer(buf[:n]); resp != nil {
-				pc.WriteTo(resp, from)
-			}
-		}
-	}()
-	return pc.LocalAddr().(*net.UDPAddr).AddrPort(), nil
-}
-
-func stubAnswer(q []byte) []byte {
-	if len(q) < 12 || binary.BigEndian.Uint16(q[4:]) != 1 {
-		return nil
-	}
-	i, labels := 12, []string{}
-	for i < len(q) && q[i] != 0 {
-		l := int(q[i])
-		if l > 63 || i+1+l > len(q) {
-			return nil
-		}
-		labels = append(labels, string(q[i+1:i+1+l]))
-		i += 1 + l
-	}
-	end := i + 5 // the root label, type and class
-	if end > len(q) {
-		return nil
-	}
-	qtype := binary.BigEndian.Uint16(q[i+1:])
-	resp := append([]byte(nil), q[:end]...)
-	resp[2] = 0x84 | q[2]&0x01 // QR, AA; RD copied
-	resp[3] = 0x80             // RA, NOERROR
-	clear(resp[6:12])
-	if !strings.EqualFold(strings.Join(labels, "."), probeOutside) {
-		resp[3] |= 3 // NXDOMAIN
-		return resp
-	}
-	if qtype == 1 {
-		binary.BigEndian.PutUint16(resp[6:], 1)
-		a := probeOutsideAddr.As4()
-		resp = append(resp, 0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, a[0], a[1], a[2], a[3])
-	}
-	return resp
+	return dnsstub.Start(ctx, probeOutside, probeOutsideAddr)
 }

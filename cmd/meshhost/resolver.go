@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/meshhost/meshhost/internal/filewatch"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/filewatch"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )

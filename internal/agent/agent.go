@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/meshhost/meshhost/internal/atomicfile"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshhost/meshhost/internal/atomicfile"
 	"github.com/meshhost/meshhost/internal/declsource"
 	"github.com/meshhost/meshhost/internal/journal"
 	"github.com/meshhost/meshhost/internal/rosterguard"
@@ -85,17 +85,19 @@ type Agent struct {
 	metrics *metrics
 
 	// mu guards the fields below, and serializes passes.
-	mu         sync.Mutex
-	prober     Prober
-	proberZone string
-	proberErr  error // why no prober could be made; logged when it changes
-	exposed    bool
-	applied    uint64 // declaration generation last recorded in the journal
-	saved      uint64 // declaration generation last saved in StateDir
-	lastPass   time.Time
-	lastErr    error
-	heldRoster error // why the declared roster is held, or nil
-	lastReport *Report
+	mu          sync.Mutex
+	prober      Prober
+	proberZone  string
+	proberErr   error // why no prober could be made; logged when it changes
+	exposed     bool
+	applied     uint64 // declaration generation last recorded in the journal
+	saved       uint64 // declaration generation last saved in StateDir
+	lastPass    time.Time
+	lastErr     error
+	heldRoster  error        // why the declared roster is held, or nil
+	inForce     *spec.Roster // the roster the resolver serves; nil until the first pass
+	olderLogged uint64       // an older declared roster generation already warned about
+	lastReport  *Report
 }
 
 // Report is what one pass did.
@@ -230,7 +232,11 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		rep.Modes[c.Name] = string(m.Names)
 		desired = append(desired, r)
 	}
-	res, err := a.cfg.Reconciler.Reconcile(ctx, desired)
+	plan, err := a.cfg.Reconciler.PlanObserved(ctx, desired, observed)
+	if err != nil {
+		return rep, fmt.Errorf("reconciling: %w", err)
+	}
+	res, err := a.cfg.Reconciler.Apply(ctx, plan)
 	rep.Result = res
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
@@ -239,7 +245,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	// 4. Remember what was applied.
 	if decl.Generation != a.applied {
 		if a.cfg.Journal != nil {
-			if _, err := a.cfg.Journal.RecordDeclaration(decl, time.Now()); err != nil && !strings.Contains(err.Error(), "older") {
+			if _, err := a.cfg.Journal.RecordDeclaration(decl, time.Now()); err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
 				a.log.Warn("recording the declaration in the journal", "err", err)
 			}
 		}
@@ -251,24 +257,34 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 }
 
 // rosterInForce updates the resolver with the declared roster unless the
-// guard holds it, and returns the roster containers are rendered with.
+// guard holds it, and returns the roster containers are rendered with: the
+// one the resolver serves.
 func (a *Agent) rosterInForce(declared *spec.Roster) (*spec.Roster, error) {
-	current := a.cfg.Resolver.Roster()
+	if a.inForce == nil {
+		// Once, after a start: the saved roster the resolver loaded. Kept
+		// from then on, since rebuilding it from the resolver's table costs
+		// a pass as much as the rest for a large roster.
+		a.inForce = a.cfg.Resolver.Roster()
+	}
+	current := a.inForce
+	held := a.heldRoster
 	a.heldRoster = nil
 	a.metrics.rosterHeld.Set(0)
-	if current != nil && declared.Generation < current.Generation {
-		// Generations never go backwards: keep serving the newer one.
-		a.log.Warn("declared roster is older than the one served; keeping the newer", "declared", declared.Generation, "served", current.Generation)
-		return current, nil
-	}
-	if current != nil && declared.Generation == current.Generation {
+	if current != nil && declared.Generation <= current.Generation {
+		if declared.Generation < current.Generation && a.olderLogged != declared.Generation {
+			// Generations never go backwards: keep serving the newer one.
+			a.log.Warn("declared roster is older than the one served; keeping the newer", "declared", declared.Generation, "served", current.Generation)
+			a.olderLogged = declared.Generation
+		}
 		return current, nil
 	}
 	if err := rosterguard.Check(current, declared, a.cfg.Guard); err != nil {
 		if a.accepted() != declared.Generation {
 			a.heldRoster = err
 			a.metrics.rosterHeld.Set(1)
-			a.log.Error("roster held", "err", err)
+			if held == nil || held.Error() != err.Error() { // loud once; the metric stays
+				a.log.Error("roster held", "err", err)
+			}
 			return current, nil
 		}
 		a.log.Warn("roster shrink accepted by the operator", "generation", declared.Generation)
@@ -276,8 +292,9 @@ func (a *Agent) rosterInForce(declared *spec.Roster) (*spec.Roster, error) {
 	if err := a.cfg.Resolver.Update(declared); err != nil {
 		return nil, fmt.Errorf("updating the resolver to roster generation %d: %w", declared.Generation, err)
 	}
+	a.inForce = declared
 	a.log.Info("roster in force", "generation", declared.Generation, "names", len(declared.Names))
-	return a.cfg.Resolver.Roster(), nil
+	return declared, nil
 }
 
 func (a *Agent) accepted() uint64 {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/meshhost/meshhost/internal/declsource"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
@@ -270,4 +272,18 @@ func vmHWM() string {
 		}
 	}
 	return "?"
+}
+
+// TestNoopPassListsOnce: a pass with nothing to do costs the runtime one
+// List call, shared by the migration gate and the plan, and no inspect.
+func TestNoopPassListsOnce(t *testing.T) {
+	f := newFixture(t, true)
+	f.push(t, declaration(1, spec.FlagOn, 30, 10))
+	f.rt.ResetCalls()
+	if _, err := f.agent.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int{"List": 1}, f.rt.CallCounts()); diff != "" {
+		t.Errorf("runtime calls of a no-op pass (-want +got):\n%s", diff)
+	}
 }

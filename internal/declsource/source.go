@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/meshhost/meshhost/internal/filewatch"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/filewatch"
 	"github.com/meshhost/meshhost/spec"
 )
 

@@ -241,7 +241,9 @@ func converge(ctx context.Context, opts Options, mode spec.NameMode, clock *simC
 				row.Removed[m.name]++
 			}
 		}
-		row.Replaced[m.name] += 0 // every machine appears, zero included
+		if _, counted := row.Replaced[m.name]; !counted {
+			row.Replaced[m.name] = 0 // every machine appears in the table, zero included
+		}
 	}
 	return row, nil
 }

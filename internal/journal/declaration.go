@@ -46,7 +46,7 @@ func (j *Journal) RecordDeclaration(d *spec.Declaration, at time.Time) (Declarat
 			err := j.read(declarationsDir, last, &e)
 			return e, err
 		case d.Generation < last:
-			return DeclarationEntry{}, fmt.Errorf("recording declaration %d: the journal already holds %d, and generations never go backwards", d.Generation, last)
+			return DeclarationEntry{}, fmt.Errorf("recording declaration %d: the journal already holds %d: %w", d.Generation, last, ErrOlderGeneration)
 		}
 		pd, err := j.declaration(last)
 		if err != nil {

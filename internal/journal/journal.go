@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/meshhost/meshhost/internal/atomicfile"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/meshhost/meshhost/internal/atomicfile"
 )
 
 // Version is the format of the journal's entries.
@@ -34,6 +35,10 @@ const DefaultMaxBytes = 256 << 20
 // ErrNotFound is returned for a generation the journal does not hold (never
 // applied, or pruned).
 var ErrNotFound = errors.New("not in the journal")
+
+// ErrOlderGeneration is returned for a declaration older than the newest
+// one recorded: generations never go backwards.
+var ErrOlderGeneration = errors.New("generations never go backwards")
 
 // Options configures a Journal.
 type Options struct {

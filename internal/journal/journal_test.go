@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -86,8 +87,8 @@ func TestJournal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := j.RecordDeclaration(declaration(2, 12, names), at); err == nil {
-		t.Error("recording an older generation: no error")
+	if _, err := j.RecordDeclaration(declaration(2, 12, names), at); !errors.Is(err, journal.ErrOlderGeneration) {
+		t.Errorf("recording an older generation: %v, want ErrOlderGeneration", err)
 	}
 
 	// A reopened journal holds the last 3 of each, in time order.
