@@ -13,10 +13,12 @@ FUZZTIME ?= 30s
 
 .PHONY: test vet demo fuzz fuzz-short build
 
-# build: meshhost and, next to it, the static probe binary the migration
-# gate imports into its probe image (no libc there: CGO_ENABLED=0).
+# build: meshhost; meshhost-resolver (`meshhost resolver` without the podman
+# client, for running the resolver alone); and the static probe binary the
+# migration gate imports into its probe image (no libc there: CGO_ENABLED=0).
 build:
 	CGO_ENABLED=0 go build -o bin/meshhost ./cmd/meshhost
+	CGO_ENABLED=0 go build -o bin/meshhost-resolver ./cmd/meshhost-resolver
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/meshprobe ./cmd/meshprobe
 
 # demo: the incident replayed on the embedded in-memory runtime (no podman).

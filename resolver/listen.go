@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+
+	"github.com/meshhost/meshhost/internal/yield"
 )
 
 // listener is one address served over UDP and TCP.
@@ -18,8 +20,9 @@ type listener struct {
 	udp  *net.UDPConn
 	tcp  *net.TCPListener
 
-	conns tcpConns
-	wg    sync.WaitGroup
+	conns   tcpConns
+	wg      sync.WaitGroup
+	unwatch func() // stops long computations stepping aside for this socket
 }
 
 // Listen serves addr over UDP and TCP. The address need not exist yet: a
@@ -64,6 +67,10 @@ func (s *Server) listen(addr netip.AddrPort) (netip.AddrPort, error) {
 	}
 	s.listeners[addr] = l
 	s.publishOwn()
+	// A roster swap (parse, validate, compile) steps aside whenever a query
+	// waits on this socket: with one CPU it would otherwise delay queries
+	// by up to the scheduler's 10 ms slice.
+	l.unwatch = yield.Watch(l.udpPending)
 
 	// Readers share the one socket (no SO_REUSEPORT, see bind), one per
 	// CPU the runtime uses, up to 4.
@@ -102,6 +109,7 @@ func (s *Server) publishOwn() {
 }
 
 func (l *listener) close() error {
+	l.unwatch()
 	err := errors.Join(l.udp.Close(), l.tcp.Close())
 	l.conns.closeAll()
 	l.wg.Wait()

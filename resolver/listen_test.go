@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -183,4 +184,40 @@ func TestResolvConfReload(t *testing.T) {
 		got := s.upstreams()
 		return len(got) == 1 && got[0] == netip.MustParseAddrPort("127.0.0.2:53")
 	}, "upstreams to become 127.0.0.2:53")
+}
+
+// TestUDPPending checks what a roster swap steps aside for: a datagram in
+// the listener's receive queue.
+func TestUDPPending(t *testing.T) {
+	l, err := bind(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.unwatch = func() {}
+	defer l.close()
+	if l.udpPending() {
+		t.Fatal("udpPending = true on a fresh socket")
+	}
+	c, err := net.Dial("udp4", l.addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("query")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for !l.udpPending() {
+		if time.Now().After(deadline) {
+			t.Fatal("udpPending stayed false with a datagram sent to the socket")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	buf := make([]byte, 64)
+	if _, _, err := l.udp.ReadFromUDPAddrPort(buf); err != nil {
+		t.Fatal(err)
+	}
+	if l.udpPending() {
+		t.Error("udpPending = true after the only datagram was read")
+	}
 }

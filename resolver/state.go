@@ -7,9 +7,9 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/meshhost/meshhost/internal/atomicfile"
+	"github.com/meshhost/meshhost/internal/yield"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -47,7 +47,7 @@ func saveState(path string, t *table) error {
 // escaping. It yields like buildTable, so saving a large roster does not
 // stall queries on a single CPU.
 func (t *table) appendJSON(b []byte) []byte {
-	y := yielder{last: time.Now()}
+	var y yield.Yielder
 	b = fmt.Appendf(b, `{"generation": %d, "zones": [`, t.gen)
 	zones := make([]string, 0, len(t.zones))
 	for _, z := range t.zones {
@@ -63,7 +63,7 @@ func (t *table) appendJSON(b []byte) []byte {
 	b = append(b, "], \"names\": {"...)
 	first := true
 	for i := range t.ents {
-		y.maybe(i)
+		y.Maybe()
 		e := &t.ents[i]
 		if !e.routed {
 			continue

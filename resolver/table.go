@@ -8,8 +8,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 
+	"github.com/meshhost/meshhost/internal/yield"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -34,7 +34,7 @@ type table struct {
 	seed  maphash.Seed
 	addrs []byte // per entry: its IPv4 addresses (4 bytes each), then its IPv6 ones (16 each)
 
-	rev4 []rev4 // PTR index, sorted by address
+	rev4 []uint64 // PTR index: address<<32 | entry index, sorted
 	rev6 []rev6
 }
 
@@ -48,8 +48,6 @@ type entry struct {
 	nameLen uint8  // bytes in table.names
 	routed  bool   // a roster name (not an empty non-terminal or apex)
 }
-
-type rev4 struct{ addr, ent uint32 }
 
 type rev6 struct {
 	addr [16]byte
@@ -68,29 +66,10 @@ type zone struct {
 // message anyway.
 const maxAddrs = 4000
 
-// yieldEvery is how long a table build may hold the CPU before it lets the
-// serving goroutines run: with GOMAXPROCS=1 a build would otherwise delay
-// queries until the scheduler preempts it (10 ms).
-const yieldEvery = time.Millisecond
-
-// yielder lets the network poller run every yieldEvery: a short sleep parks
-// the goroutine, so the scheduler polls the network before resuming it.
-type yielder struct{ last time.Time }
-
-func (y *yielder) maybe(i int) {
-	if i&255 != 0 {
-		return
-	}
-	if now := time.Now(); now.Sub(y.last) >= yieldEvery {
-		time.Sleep(20 * time.Microsecond)
-		y.last = time.Now()
-	}
-}
-
 // buildTable compiles a validated roster (spec.Roster.Validate); it need
 // not be normalized.
 func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
-	y := yielder{last: time.Now()}
+	var y yield.Yielder
 	t := &table{gen: r.Generation, ttl: ttl, negTTL: negTTL, seed: maphash.MakeSeed()}
 	zoneNames := make([]string, 0, len(r.Zones))
 	for _, z := range r.Zones {
@@ -111,6 +90,7 @@ func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
 
 	var nameBytes, n4, n6 int
 	for n, addrs := range r.Names {
+		y.Maybe()
 		_, rel := t.split(spec.CanonicalName(n))
 		nameBytes += len(rel) + 1
 		for _, a := range addrs {
@@ -130,14 +110,12 @@ func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
 	t.ents = make([]entry, 0, len(r.Names)+len(t.zones))
 	t.names = make([]byte, 0, nameBytes)
 	t.addrs = make([]byte, 0, 4*n4+16*n6)
-	t.rev4 = make([]rev4, 0, n4)
+	t.rev4 = make([]uint64, 0, n4)
 	t.rev6 = make([]rev6, 0, n6)
 
 	var sorted []netip.Addr
-	i := 0
 	for n, addrs := range r.Names {
-		y.maybe(i)
-		i++
+		y.Maybe()
 		if len(addrs) > maxAddrs {
 			return nil, fmt.Errorf("name %q has %d addresses; at most %d fit a DNS answer", n, len(addrs), maxAddrs)
 		}
@@ -159,7 +137,7 @@ func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
 		}
 	}
 	for ei := 0; ei < len(t.ents); ei++ {
-		y.maybe(ei)
+		y.Maybe()
 		e := t.ents[ei]
 		if !e.routed || e.zone == 0 {
 			continue
@@ -179,8 +157,8 @@ func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
 	if cap(t.ents)-len(t.ents) > len(t.ents)/16 {
 		t.ents = slices.Clone(t.ents)
 	}
-	slices.SortFunc(t.rev4, func(a, b rev4) int { return cmp.Or(cmp.Compare(a.addr, b.addr), cmp.Compare(a.ent, b.ent)) })
-	y.maybe(0)
+	sortYielding(t.rev4, &y)
+	y.Now()
 	slices.SortFunc(t.rev6, func(a, b rev6) int {
 		return cmp.Or(strings.Compare(string(a.addr[:]), string(b.addr[:])), cmp.Compare(a.ent, b.ent))
 	})
@@ -256,7 +234,7 @@ func (t *table) insert(off, n int, zi uint16, addrs []netip.Addr, routed bool) e
 		if a.Is4() {
 			b := a.As4()
 			t.addrs = append(t.addrs, b[:]...)
-			t.rev4 = append(t.rev4, rev4{binary.BigEndian.Uint32(b[:]), idx})
+			t.rev4 = append(t.rev4, uint64(binary.BigEndian.Uint32(b[:]))<<32|uint64(idx))
 			e.n4++
 		}
 	}
@@ -386,9 +364,9 @@ func (t *table) reverse(a netip.Addr) []string {
 	if a.Is4() {
 		b := a.As4()
 		k := binary.BigEndian.Uint32(b[:])
-		i, _ := slices.BinarySearchFunc(t.rev4, k, func(r rev4, k uint32) int { return cmp.Compare(r.addr, k) })
-		for ; i < len(t.rev4) && t.rev4[i].addr == k; i++ {
-			out = append(out, t.nameOf(&t.ents[t.rev4[i].ent]))
+		i, _ := slices.BinarySearch(t.rev4, uint64(k)<<32)
+		for ; i < len(t.rev4) && uint32(t.rev4[i]>>32) == k; i++ {
+			out = append(out, t.nameOf(&t.ents[uint32(t.rev4[i])]))
 		}
 	} else {
 		k := a.As16()
@@ -485,4 +463,41 @@ func soaRecord(zoneWire []byte, gen uint64, negTTL uint32) []byte {
 	b = binary.BigEndian.AppendUint32(b, 86400)  // expire
 	b = binary.BigEndian.AppendUint32(b, negTTL) // minimum
 	return b
+}
+
+// sortYielding sorts keys with a least-significant-digit radix sort, 16 bits
+// a pass, yielding as it goes: a comparison sort of 100,000 keys holds the
+// CPU for several milliseconds in one piece.
+func sortYielding(keys []uint64, y *yield.Yielder) {
+	if len(keys) < 2 {
+		return
+	}
+	buf := make([]uint64, len(keys))
+	src, dst := keys, buf
+	var count [1 << 16]int
+	for shift := uint(0); shift < 64; shift += 16 {
+		clear(count[:])
+		for _, k := range src {
+			count[k>>shift&0xFFFF]++
+			y.Maybe()
+		}
+		if count[src[0]>>shift&0xFFFF] == len(src) {
+			continue // every key has the same digit here: nothing moves
+		}
+		pos := 0
+		for d, c := range count {
+			count[d] = pos
+			pos += c
+		}
+		for _, k := range src {
+			d := k >> shift & 0xFFFF
+			dst[count[d]] = k
+			count[d]++
+			y.Maybe()
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &keys[0] {
+		copy(keys, src)
+	}
 }

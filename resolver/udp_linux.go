@@ -147,3 +147,15 @@ func sockaddrAddrPort(sa *unix.RawSockaddrInet6) (netip.AddrPort, bool) {
 	}
 	return netip.AddrPort{}, false
 }
+
+// udpPending reports whether a datagram waits in the UDP socket's receive
+// queue (SIOCINQ gives the size of the first one, 0 when there is none).
+func (l *listener) udpPending() bool {
+	rc, err := l.udp.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n > 0
+}

@@ -25,9 +25,11 @@ func CheckName(name string) error {
 	if len(name) > MaxNameLength {
 		return fmt.Errorf("is %d characters long, more than %d", len(name), MaxNameLength)
 	}
-	for i, label := range strings.Split(name, ".") {
+	i := 0
+	for label := range strings.SplitSeq(name, ".") { // no slice: runs per name per swap
+		i++
 		if err := checkLabel(label); err != nil {
-			return fmt.Errorf("%q: label %d %w", name, i+1, err)
+			return fmt.Errorf("%q: label %d %w", name, i, err)
 		}
 	}
 	return nil

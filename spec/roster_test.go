@@ -86,10 +86,68 @@ func TestCheckNameLength(t *testing.T) {
 	}
 }
 
+// rosterSeeds are documents each reader must agree on: ones the fast path
+// takes, and one of each kind it declines.
+var rosterSeeds = []string{
+	`{"generation": 7, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.7"], "searxng.zurag.be": ["100.64.0.9", "fd7a::9"]}}`,
+	`{"generation": 1, "names": {"a": ["::1"]}}`,
+	`{"names": {}, "zones": [], "generation": 3}`,
+	"{\"generation\":2,\"zones\":[\"b\",\"a\"],\"names\":{\"x.a\":[\"10.0.0.2\",\"10.0.0.1\"]}}\n",
+	`{"generation": 7, "names": {"Gitea.Internal.": ["10.0.0.1"]}}`,                                // not canonical: taken, lowercased
+	`{"generation": 7, "names": {"gitea.internal": ["10.0.0.1"], "GITEA.internal": ["10.0.0.2"]}}`, // same name twice
+	`{"generation": 7, "names": {"a": ["10.0.0.1"], "a": ["10.0.0.2"]}}`,                           // duplicate key
+	`{"generation": 7, "names": {"a": ["10.0.0.1", "10.0.0.1"]}}`,                                  // address twice
+	`{"generation": 7, "names": {"a": []}}`,                                                        // no address
+	`{"generation": 7, "names": {"a": ["::ffff:10.0.0.1"]}}`,                                       // mapped
+	`{"generation": 7, "names": {"a": ["fe80::1%eth0"]}}`,                                          // zone
+	`{"generation": 7, "names": {"a b": ["10.0.0.1"]}}`,                                            // hosts injection
+	`{"generation": 7, "names": {"\u0061": ["10.0.0.1"]}}`,                                         // escape
+	`{"generation": 0, "names": {"a": ["10.0.0.1"]}}`,                                              // generation 0
+	`{"generation": 7.0, "names": {"a": ["10.0.0.1"]}}`,                                            // fraction
+	`{"generation": 07, "names": {"a": ["10.0.0.1"]}}`,                                             // leading zero
+	`{"generation": 9223372036854775808, "names": {"a": ["10.0.0.1"]}}`,                            // past MaxInt64
+	`{"generation": 7, "names": {"a": ["10.0.0.1"]}, "extra": 1}`,                                  // unknown field
+	`{"generation": 7, "zones": ["a", "A"], "names": {}}`,                                          // zone twice
+	`{"generation": 7}`, // no names
+	`{"generation": 7, "names": {"a": ["10.0.0.1"]}} x`, // trailing data
+}
+
+// TestRosterReadersAgree checks the fast path on the seeds, and that it is
+// taken for plain documents.
+func TestRosterReadersAgree(t *testing.T) {
+	for _, doc := range rosterSeeds {
+		checkRosterReadersAgree(t, []byte(doc))
+	}
+	for _, doc := range rosterSeeds[:5] {
+		if _, ok := spec.DecodeRosterFast([]byte(doc)); !ok {
+			t.Errorf("fast path declined a plain document: %s", doc)
+		}
+	}
+}
+
+// checkRosterReadersAgree: whatever the fast path takes, the strict reader
+// takes too, with the same result.
+func checkRosterReadersAgree(t *testing.T, data []byte) {
+	t.Helper()
+	fast, ok := spec.DecodeRosterFast(data)
+	if !ok {
+		return
+	}
+	strict, err := spec.ParseRosterStrict(data)
+	if err != nil {
+		t.Fatalf("fast path took a document the strict reader refuses (%v):\n%s", err, data)
+	}
+	if diff := cmp.Diff(strict, fast, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Fatalf("fast path and strict reader differ (-strict +fast):\n%s\n%s", diff, data)
+	}
+}
+
 func FuzzParseRoster(f *testing.F) {
-	f.Add([]byte(`{"generation": 7, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.7"], "searxng.zurag.be": ["100.64.0.9", "fd7a::9"]}}`))
-	f.Add([]byte(`{"generation": 1, "names": {"a": ["::1"]}}`))
+	for _, doc := range rosterSeeds {
+		f.Add([]byte(doc))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		checkRosterReadersAgree(t, data)
 		r, err := spec.ParseRoster(data)
 		if (r == nil) == (err == nil) {
 			t.Fatalf("ParseRoster = %v, %v: want exactly one of them", r, err)

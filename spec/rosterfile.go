@@ -19,6 +19,15 @@ import (
 // It returns a validated, normalized roster, or every fault found, each a
 // *FieldError naming the entry. Nothing half-parsed is ever returned.
 func ParseRoster(data []byte) (*Roster, error) {
+	if r, ok := decodeRosterFast(data); ok {
+		return r, nil
+	}
+	return parseRosterStrict(data)
+}
+
+// parseRosterStrict is ParseRoster through the strict reader, which names
+// every fault; ParseRoster takes it for any document the fast path declines.
+func parseRosterStrict(data []byte) (*Roster, error) {
 	v, err := strictjson.Parse(data)
 	if err != nil {
 		return nil, &FieldError{Reason: err.Error()}

@@ -40,10 +40,6 @@ func register(c command) {
 	commands[c.name] = c
 }
 
-// errUsage makes run print the command's usage and exit 2... it is wrapped
-// by flag errors.
-var errUsage = errors.New("usage")
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
