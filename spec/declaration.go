@@ -74,12 +74,49 @@ func (d *Declaration) Container(name string) (Container, bool) {
 //	   "resources": {"memory": "1g", "cpus": "1.5", "pids": 512},
 //	   "cap_add": ["NET_ADMIN"], "cap_drop": ["ALL"], "depends_on": ["vault"]}]}
 func ParseDeclaration(data []byte) (*Declaration, error) {
+	if d, ok := parseDeclarationFast(data); ok {
+		return d, nil
+	}
+	return parseDeclarationStrict(data)
+}
+
+// parseDeclarationFast reads a declaration without faults whose roster the
+// fast roster reader takes (decodeRosterFast): the roster is read straight
+// into place, the rest of the document (small) by the strict reader. With
+// 100,000 names that is a third of the time and a tenth of the garbage of
+// reading the roster as a JSON tree. It reports false for anything else,
+// and ParseDeclaration reads the whole document strictly, naming every
+// fault; FuzzParseDeclaration checks both give the same declaration.
+func parseDeclarationFast(data []byte) (*Declaration, bool) {
+	start, end, ok := topLevelMember(data, "roster")
+	if !ok {
+		return nil, false
+	}
+	r, ok := decodeRosterFast(data[start:end])
+	if !ok {
+		return nil, false
+	}
+	rest := make([]byte, 0, len(data)-(end-start)+4)
+	rest = append(append(append(rest, data[:start]...), "null"...), data[end:]...)
+	v, err := strictjson.Parse(rest)
+	if err != nil {
+		return nil, false
+	}
+	var rep strictjson.Report
+	d := readDeclaration(&rep, v, r)
+	if mergeFaults(rep, d.Validate()) != nil {
+		return nil, false
+	}
+	return d, true // decodeRosterFast returns a normalized roster
+}
+
+func parseDeclarationStrict(data []byte) (*Declaration, error) {
 	v, err := strictjson.Parse(data)
 	if err != nil {
 		return nil, &FieldError{Reason: err.Error()}
 	}
 	var rep strictjson.Report
-	d := readDeclaration(&rep, v)
+	d := readDeclaration(&rep, v, nil)
 	if err := mergeFaults(rep, d.Validate()); err != nil {
 		return nil, err
 	}
@@ -87,7 +124,9 @@ func ParseDeclaration(data []byte) (*Declaration, error) {
 	return d, nil
 }
 
-func readDeclaration(rep *strictjson.Report, v strictjson.Value) *Declaration {
+// readDeclaration reads a parsed declaration; roster, when not nil, is its
+// roster read already (the document's roster member is then a placeholder).
+func readDeclaration(rep *strictjson.Report, v strictjson.Value, roster *Roster) *Declaration {
 	o := rep.Object("", v)
 	d := &Declaration{MeshNames: FlagOff}
 	if sv, p, ok := o.Required("schema"); ok {
@@ -110,7 +149,11 @@ func readDeclaration(rep *strictjson.Report, v strictjson.Value) *Declaration {
 		}
 	}
 	if rv, p, ok := o.Required("roster"); ok {
-		d.Roster = readRoster(rep, p, rv)
+		if roster != nil {
+			d.Roster = roster
+		} else {
+			d.Roster = readRoster(rep, p, rv)
+		}
 	}
 	if cv, p, ok := o.Required("containers"); ok {
 		if items, ok := rep.Array(p, cv); ok {

@@ -3,6 +3,7 @@ package spec_test
 import (
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -141,7 +142,10 @@ func FuzzParseDeclaration(f *testing.F) {
 	f.Add(data)
 	f.Add([]byte(minimal("")))
 	f.Add([]byte(`{"schema":1,"containers":[{"depends_on":["a"],"name":"a"}]}`))
+	f.Add([]byte(`{"schema":1,"machine":"m","generation":1,"roster":{"generation":1,"names":{"a":["10.0.0.1"]}},"roster":{"generation":2,"names":{}},"containers":[]}`))
+	f.Add([]byte(`{"schema":1,"machine":"m","generation":1,"roster":{"generation":1,"names":{"A.b":["10.0.0.2","10.0.0.1"]}},"containers":[],"x":"\"roster\""}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		checkDeclarationReadersAgree(t, data)
 		d, err := spec.ParseDeclaration(data)
 		if (d == nil) == (err == nil) {
 			t.Fatalf("ParseDeclaration = %v, %v: want exactly one of them", d, err)
@@ -158,4 +162,41 @@ func FuzzParseDeclaration(f *testing.F) {
 			t.Fatalf("ParseDeclaration(MarshalJSON(d)) = %v\n%s", err, out)
 		}
 	})
+}
+
+// checkDeclarationReadersAgree: whatever the fast path takes, the strict
+// reader takes too, with the same result.
+func checkDeclarationReadersAgree(t *testing.T, data []byte) {
+	t.Helper()
+	fast, ok := spec.ParseDeclarationFast(data)
+	if !ok {
+		return
+	}
+	strict, err := spec.ParseDeclarationStrict(data)
+	if err != nil {
+		t.Fatalf("fast path took a declaration the strict reader refuses (%v):\n%s", err, data)
+	}
+	if diff := cmp.Diff(strict, fast, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Fatalf("fast path and strict reader differ (-strict +fast):\n%s\n%s", diff, data)
+	}
+}
+
+// TestDeclarationReadersAgree runs the check on the example declaration,
+// which the fast path must take, and on the fuzz seeds.
+func TestDeclarationReadersAgree(t *testing.T) {
+	data, err := os.ReadFile("../examples/declaration.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := spec.ParseDeclarationFast(data); !ok {
+		t.Error("fast path declined examples/declaration.json")
+	}
+	checkDeclarationReadersAgree(t, data)
+	for _, doc := range []string{
+		minimal(""),
+		`{"schema":1,"machine":"m","generation":1,"roster":{"generation":1,"names":{"a":["10.0.0.1"]}},"roster":{"generation":2,"names":{}},"containers":[]}`,
+		`{"schema":1,"machine":"m","generation":1,"roster":{"generation":1,"names":{"A.b":["10.0.0.2","10.0.0.1"]}},"containers":[],"x":"\"roster\""}`,
+	} {
+		checkDeclarationReadersAgree(t, []byte(doc))
+	}
 }

@@ -5,3 +5,10 @@ var (
 	ParseRosterStrict = parseRosterStrict
 	DecodeRosterFast  = decodeRosterFast
 )
+
+// The two declaration readers, for the differential test of
+// FuzzParseDeclaration.
+var (
+	ParseDeclarationStrict = parseDeclarationStrict
+	ParseDeclarationFast   = parseDeclarationFast
+)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/meshhost/meshhost/internal/yield"
 )
@@ -25,9 +26,9 @@ import (
 func decodeRosterFast(data []byte) (*Roster, bool) {
 	d := fastDecoder{s: string(data)}
 	// Every name and address is a string: their count bounds both.
-	strings := bytes.Count(data, []byte{'"'}) / 2
-	d.addrs = make([]netip.Addr, 0, strings)
-	r := &Roster{Names: make(map[string][]netip.Addr, strings/2)}
+	nstrings := bytes.Count(data, []byte{'"'}) / 2
+	d.addrs = make([]netip.Addr, 0, nstrings)
+	r := &Roster{Names: make(map[string][]netip.Addr, nstrings/2)}
 	var seenGen, seenZones, seenNames bool
 	if !d.byte('{') {
 		return nil, false
@@ -242,4 +243,94 @@ func (d *fastDecoder) addrList() ([]netip.Addr, bool) {
 		}
 	}
 	return list, true
+}
+
+// topLevelMember finds the value of key in a document that is a JSON object
+// and returns where it starts and ends. It reports false when the document
+// is not an object, the key is missing or appears twice, or any key is
+// written with escapes. It checks little else: the caller reads the value
+// and the rest of the document with readers that do.
+func topLevelMember(data []byte, key string) (start, end int, ok bool) {
+	d := fastDecoder{s: string(data)} // one copy, of the whole document
+	if !d.byte('{') {
+		return 0, 0, false
+	}
+	found := false
+	for first := true; ; first = false {
+		if d.byte('}') {
+			return start, end, found
+		}
+		if !first && !d.byte(',') {
+			return 0, 0, false
+		}
+		k, ok := d.str()
+		if !ok || !d.byte(':') {
+			return 0, 0, false
+		}
+		d.space()
+		vs := d.pos
+		if !d.skipValue(0) {
+			return 0, 0, false
+		}
+		if k == key {
+			if found {
+				return 0, 0, false
+			}
+			found, start, end = true, vs, d.pos
+		}
+	}
+}
+
+// skipValue moves past one JSON value: strings with their escapes, nested
+// objects and arrays, and anything else up to the next delimiter.
+func (d *fastDecoder) skipValue(depth int) bool {
+	if depth > 64 {
+		return false
+	}
+	d.space()
+	if d.pos >= len(d.s) {
+		return false
+	}
+	switch d.s[d.pos] {
+	case '"':
+		for d.pos++; d.pos < len(d.s); d.pos++ {
+			switch d.s[d.pos] {
+			case '\\':
+				d.pos++
+			case '"':
+				d.pos++
+				return true
+			}
+		}
+		return false
+	case '{', '[':
+		closer := byte('}')
+		if d.s[d.pos] == '[' {
+			closer = ']'
+		}
+		d.pos++
+		for first := true; ; first = false {
+			d.y.Maybe()
+			if d.byte(closer) {
+				return true
+			}
+			if !first && !d.byte(',') {
+				return false
+			}
+			if closer == '}' {
+				if !d.skipValue(depth+1) || !d.byte(':') { // the key
+					return false
+				}
+			}
+			if !d.skipValue(depth + 1) {
+				return false
+			}
+		}
+	default:
+		start := d.pos
+		for d.pos < len(d.s) && !strings.ContainsRune(",}] \t\n\r", rune(d.s[d.pos])) {
+			d.pos++
+		}
+		return d.pos > start
+	}
 }
