@@ -14,7 +14,9 @@
 //     resolve-mode container there would be, which must resolve a canary
 //     name only this process's resolver can answer, a name outside the
 //     mesh through the resolver's forwarding and, on a DNS-enabled network,
-//     its own container name.
+//     its own container name. Probe containers carry LabelProbe and
+//     LabelProbeOwner; those an agent killed mid-probe leaves behind are
+//     swept (SweepProbes) at the next start and before each probe round.
 //   - A Gate turns the machine's flag (spec.MeshNamesFlag) and the probe
 //     results into each container's spec.Mode. It fails closed: a container
 //     is in resolve mode only when every one of its networks is. Its State

@@ -1,7 +1,9 @@
 package migrations
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -140,12 +142,17 @@ func (g *Gate) update(fn func(s *State) error) error {
 	if err != nil {
 		return err
 	}
+	before, _ := json.Marshal(s)
 	if err := fn(s); err != nil {
 		return err
 	}
 	g.evaluate(s)
-	if err := s.save(g.cfg.Dir); err != nil {
-		return err
+	// Nothing changed (the agent observes the same networks every pass):
+	// nothing to write, so a full disk fails no pass that changes nothing.
+	if after, _ := json.Marshal(s); !bytes.Equal(before, after) || stampOf(g.path()) == (fileStamp{}) {
+		if err := s.save(g.cfg.Dir); err != nil {
+			return err
+		}
 	}
 	g.state, g.stamp = s, stampOf(g.path())
 	g.metrics.set(s)

@@ -35,6 +35,9 @@ type Runtime interface {
 	// completion and returns its exit code and output; the container is
 	// removed on every path.
 	RunOnce(ctx context.Context, r spec.Rendered) (exitCode int, output string, err error)
+	// ProbeCleaner lists and removes probe containers, so that a Runner
+	// sweeps those a killed agent left behind.
+	ProbeCleaner
 }
 
 // Resolver is what a Runner needs of the resolver (resolver.Server has
@@ -88,7 +91,14 @@ type RunnerConfig struct {
 	Timeout time.Duration
 	// Concurrency bounds the probe containers running at once. Default 4.
 	Concurrency int
-	Logger      *slog.Logger
+	// Owner is put on every probe container as LabelProbeOwner (the agent
+	// gives its machine's name). Before each probe round the Runner
+	// removes the probe containers of Owner that none of its rounds runs:
+	// left behind by an agent killed mid-probe (see SweepProbes). Empty:
+	// probe containers carry no owner, and only unowned ones older than
+	// UnownedProbeAge are swept.
+	Owner  string
+	Logger *slog.Logger
 	// Now is the clock of Result.At. Nil: time.Now.
 	Now func() time.Time
 }
@@ -102,6 +112,7 @@ type Runner struct {
 	mu        sync.Mutex
 	listening map[netip.AddrPort]bool
 	subnets   map[string][]netip.Prefix // network -> subnets allowed
+	running   map[string]bool           // names of the probe containers of rounds in flight
 }
 
 // NewRunner returns a Runner for cfg.
@@ -131,7 +142,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	}
 	return &Runner{
 		cfg: cfg, log: cfg.Logger.With("component", "migrations"),
-		listening: map[netip.AddrPort]bool{}, subnets: map[string][]netip.Prefix{},
+		listening: map[netip.AddrPort]bool{}, subnets: map[string][]netip.Prefix{}, running: map[string]bool{},
 	}, nil
 }
 
@@ -181,7 +192,13 @@ func (r *Runner) ProbeAll(ctx context.Context, prefer map[string]Strategy) ([]Re
 // strategies in order until one passes, and returns one Result per network
 // in the order of nets. The resolver stays reachable through every
 // strategy that passed (and every one it was already reachable through).
+//
+// Before the round it sweeps the probe containers left behind (see
+// RunnerConfig.Owner); a failed sweep is logged, and the round goes on.
 func (r *Runner) Probe(ctx context.Context, nets []Network, prefer map[string]Strategy) []Result {
+	if len(nets) > 0 {
+		r.Sweep(ctx)
+	}
 	version, verr := r.cfg.Runtime.Version(ctx)
 	if verr != nil {
 		version = "unknown (" + verr.Error() + ")"
@@ -399,6 +416,25 @@ func (r *Runner) attempt(ctx context.Context, n Network, s Strategy) (Attempt, s
 	return a, e.dns
 }
 
+// Sweep removes the probe containers left behind that are this Runner's
+// to remove (RunnerConfig.Owner's, and unowned ones older than
+// UnownedProbeAge or twice the probe timeout plus a minute, whichever is
+// longer), sparing those of its rounds in flight, and returns their names.
+// Probe calls it before each round.
+func (r *Runner) Sweep(ctx context.Context) []string {
+	spare := func(name string) bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.running[name]
+	}
+	age := max(UnownedProbeAge, 2*r.cfg.Timeout+time.Minute)
+	removed, err := sweepProbes(ctx, r.cfg.Runtime, r.cfg.Owner, age, spare, time.Now(), r.log) // podman's clock, not Result.At's
+	if err != nil {
+		r.log.Warn("sweeping probe containers left behind", "err", err)
+	}
+	return removed
+}
+
 // probeOutput is meshprobe's JSON line.
 type probeOutput struct {
 	Pass   bool `json:"pass"`
@@ -458,12 +494,16 @@ func (r *Runner) run(ctx context.Context, n Network, dns spec.DNSConfig) (probeO
 		// aardvark-dns must still answer it.
 		args = append(args, "-peer", name, "-peer-want", "self")
 	}
+	labels := map[string]string{LabelProbe: nonce}
+	if r.cfg.Owner != "" {
+		labels[LabelProbeOwner] = r.cfg.Owner
+	}
 	c := spec.Container{
 		Name:       name,
 		Image:      r.cfg.Image,
 		Entrypoint: []string{ProbeBinaryPath},
 		Command:    args,
-		Labels:     map[string]string{LabelProbe: nonce},
+		Labels:     labels,
 		Networks:   []spec.NetworkAttachment{{Name: n.Name}},
 		CapDrop:    []string{"ALL"},
 	}
@@ -471,7 +511,13 @@ func (r *Runner) run(ctx context.Context, n Network, dns spec.DNSConfig) (probeO
 	if err != nil {
 		return probeOutput{}, fmt.Errorf("rendering the probe container: %w", err)
 	}
+	r.mu.Lock()
+	r.running[name] = true
+	r.mu.Unlock()
 	code, output, err := r.cfg.Runtime.RunOnce(ctx, rendered)
+	r.mu.Lock()
+	delete(r.running, name)
+	r.mu.Unlock()
 	if err != nil {
 		return probeOutput{}, fmt.Errorf("running the probe container: %w", err)
 	}

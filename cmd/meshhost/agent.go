@@ -101,6 +101,10 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		return 1, err
 	}
 	source := declsource.New(logger, *machine, saved)
+	var savedGen uint64 // the declaration in force is on disk already: not written again
+	if cur, _ := source.Current(); cur != nil {
+		savedGen = cur.Generation
+	}
 
 	var rt reconcile.Runtime
 	inPlace := true
@@ -119,6 +123,13 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 			return 1, err
 		}
 		rt, nets, inPlace = p, probeRuntime{Runtime: p}, updates
+		// Probe containers an agent killed mid-probe left behind, before
+		// this one probes anything.
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if _, err := migrations.SweepProbes(sctx, probeRuntime{Runtime: p}, *machine, logger); err != nil {
+			logger.Warn("sweeping probe containers left behind", "err", err)
+		}
+		cancel()
 		if !inPlace {
 			logger.Info("this podman does not keep in-place resource updates across restarts (before 5.1): resource changes replace the container")
 		}
@@ -144,9 +155,11 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 			if err != nil {
 				return nil, err
 			}
+			migrations.PruneProbeImages(ctx, p, image, logger) // logs what it removes, and what it cannot
 			return migrations.NewRunner(migrations.RunnerConfig{
 				Runtime: probeRuntime{Runtime: p}, Resolver: srv, Image: image, Zone: zone,
 				Outside: outside, OutsideWant: outsideWant, NodeLocal: nl, Allow: allow, Logger: logger,
+				Owner: *machine,
 			})
 		}
 	default:
@@ -161,7 +174,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	if err != nil {
 		return 1, err
 	}
-	rstate := loadReconcileState(filepath.Join(*stateDir, reconcileStateFile), logger)
+	rstate, savedState := loadReconcileState(filepath.Join(*stateDir, reconcileStateFile), logger)
 	rec, err := reconcile.New(reconcile.Config{
 		Runtime: rt, Owner: *machine, NoInPlaceUpdates: !inPlace, Logger: logger, Registerer: reg, Journal: jnl,
 		Budget:     reconcile.Budget{Max: *budget, Window: *window},
@@ -170,10 +183,11 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	if err != nil {
 		return 1, err
 	}
-	var savedState []byte // reconciler state last written; AfterPass runs under the agent's lock
+	// savedState is the reconciler state on disk; AfterPass runs under the
+	// agent's lock.
 	a, err := agent.New(agent.Config{
 		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source,
-		Networks: nets, NewProber: newProber, Journal: jnl, StateDir: *stateDir,
+		Networks: nets, NewProber: newProber, Journal: jnl, StateDir: *stateDir, SavedGeneration: savedGen,
 		Interval: *interval, Logger: logger, Registerer: reg,
 		AfterPass: func(*agent.Report) {
 			savedState = saveReconcileState(filepath.Join(*stateDir, reconcileStateFile), rec, savedState, logger)
@@ -273,17 +287,20 @@ type reconcileState struct {
 	Adoptions  []reconcile.Adoption `json:"adoptions"`
 }
 
-func loadReconcileState(path string, logger *slog.Logger) reconcileState {
+// loadReconcileState returns the reconciler's saved state, and the file's
+// bytes (nil when unreadable), so that an unchanged state is not written
+// again.
+func loadReconcileState(path string, logger *slog.Logger) (reconcileState, []byte) {
 	var st reconcileState
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return st
+		return st, nil
 	}
 	if err := json.Unmarshal(data, &st); err != nil || st.Version != 1 {
 		logger.Warn("ignoring unreadable reconciler state; the budget starts empty", "path", path, "err", err)
-		return reconcileState{}
+		return reconcileState{}, nil
 	}
-	return st
+	return st, data
 }
 
 // saveReconcileState writes the reconciler's state when it differs from

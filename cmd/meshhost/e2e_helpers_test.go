@@ -1,21 +1,27 @@
 package main
 
-// Helpers of the end-to-end tests that run the agent in-process against
-// real podman (agent_e2e_test.go, migration_e2e_test.go).
+// Helpers of the end-to-end tests that run the agent against real podman,
+// in-process (agent_e2e_test.go, migration_e2e_test.go) or as a subprocess
+// killed with SIGKILL (faults_e2e_test.go, migration_faults_e2e_test.go;
+// those helpers are prefixed "flt").
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,4 +147,145 @@ func declDoc(machine string, gen int, flag string, names map[string]string, cont
 	return fmt.Sprintf(`{"schema": 1, "machine": %q, "generation": %d, "mesh_names": %q,
 	  "roster": {"generation": %d, "zones": ["internal"], "names": {%s}},
 	  "containers": %s}`, machine, gen, flag, gen, strings.Join(entries, ", "), containers)
+}
+
+// createEvents counts podman's create events since a time, per container
+// name among names: how many containers were made under each name, so how
+// many times each was replaced.
+func createEvents(t *testing.T, h *podmantest.Harness, since time.Time, names []string) map[string]int {
+	t.Helper()
+	out := h.MustPodman("events", "--stream=false", "--since", since.Format(time.RFC3339Nano),
+		"--until", time.Now().Add(time.Second).Format(time.RFC3339Nano),
+		"--filter", "type=container", "--filter", "event=create", "--format", "{{.Name}}")
+	n := map[string]int{}
+	for _, name := range strings.Fields(out) {
+		if slices.Contains(names, name) {
+			n[name]++
+		}
+	}
+	return n
+}
+
+// fltTags are the build tags the podman bindings need (the Makefile's TAGS).
+const fltTags = "-tags=remote,exclude_graphdriver_btrfs,exclude_graphdriver_devicemapper,containers_image_openpgp"
+
+// fltBuild builds the meshhost binary for a subprocess agent.
+func fltBuild(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "meshhost")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "GOFLAGS="+fltTags)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building meshhost: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// fltProc is a meshhost agent running as a subprocess.
+type fltProc struct {
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan struct{}
+}
+
+func fltStart(t *testing.T, bin string, logs *syncBuffer, args ...string) *fltProc {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"agent"}, args...)...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the agent: %v", err)
+	}
+	p := &fltProc{cmd: cmd, logs: logs, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	t.Cleanup(p.kill)
+	return p
+}
+
+// kill sends SIGKILL and waits until the process is gone.
+func (p *fltProc) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func (p *fltProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// fltObserved is one row of `podman ps` for the test's containers.
+type fltObserved struct{ id, name, state string }
+
+// fltPS lists the test's containers through the podman API directly: a
+// `podman ps` costs a process start, too slow to catch a replacement's steps.
+func fltPS(h *podmantest.Harness) ([]fltObserved, error) {
+	return fltList(h, map[string][]string{"name": {"^" + h.Prefix()}})
+}
+
+// fltList lists every container (running or not) that podman's list
+// filters select, through the podman API directly, as fltPS does.
+func fltList(h *podmantest.Harness, filters map[string][]string) ([]fltObserved, error) {
+	sock := strings.TrimPrefix(strings.TrimPrefix(h.Socket(), "unix://"), "unix:")
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	f, _ := json.Marshal(filters)
+	resp, err := client.Get("http://d/v4.0.0/libpod/containers/json?all=true&filters=" + url.QueryEscape(string(f)))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("listing containers: %s", resp.Status)
+	}
+	var list []struct {
+		ID    string   `json:"Id"`
+		Names []string `json:"Names"`
+		State string   `json:"State"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, fmt.Errorf("listing containers: %w", err)
+	}
+	var rows []fltObserved
+	for _, c := range list {
+		if len(c.Names) > 0 {
+			rows = append(rows, fltObserved{c.ID, c.Names[0], strings.ToLower(c.State)})
+		}
+	}
+	return rows, nil
+}
+
+// fltActions summarizes the "reconcile action" lines of an agent log as
+// "container:kind" (the prefix left out).
+func fltActions(log, prefix string) string {
+	var acts []string
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="reconcile action`) {
+			continue
+		}
+		var name, kind string
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "container="); ok {
+				name = strings.TrimPrefix(v, prefix)
+			} else if v, ok := strings.CutPrefix(f, "kind="); ok {
+				kind = v
+			}
+		}
+		if strings.Contains(line, "action failed") {
+			kind += "(failed)"
+		}
+		acts = append(acts, name+":"+kind)
+	}
+	if len(acts) == 0 {
+		return "no actions"
+	}
+	return strings.Join(acts, " ")
 }

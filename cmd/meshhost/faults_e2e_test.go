@@ -2,19 +2,19 @@ package main
 
 // Fault tests on real podman (issue 7, point 2): the agent killed with
 // SIGKILL in the middle of replacements, the podman API service restarted
-// mid-pass, and the declaration source gone. Helpers here are prefixed
-// "flt" so that they never collide with other e2e helper files.
+// mid-pass, and the declaration source gone (SIGKILL in the middle of a
+// migration: migration_faults_e2e_test.go). Helpers are prefixed "flt" so
+// that they never collide with other e2e helpers; those the SIGKILL tests
+// share (fltBuild, fltStart, fltPS, fltActions) are in e2e_helpers_test.go.
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,61 +29,6 @@ import (
 	"github.com/meshhost/meshhost/internal/podmantest"
 	"github.com/meshhost/meshhost/reconcile"
 )
-
-// fltTags are the build tags the podman bindings need (the Makefile's TAGS).
-const fltTags = "-tags=remote,exclude_graphdriver_btrfs,exclude_graphdriver_devicemapper,containers_image_openpgp"
-
-// fltBuild builds the meshhost binary for a subprocess agent.
-func fltBuild(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "meshhost")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "GOFLAGS="+fltTags)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building meshhost: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// fltProc is a meshhost agent running as a subprocess.
-type fltProc struct {
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan struct{}
-}
-
-func fltStart(t *testing.T, bin string, logs *syncBuffer, args ...string) *fltProc {
-	t.Helper()
-	cmd := exec.Command(bin, append([]string{"agent"}, args...)...)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the agent: %v", err)
-	}
-	p := &fltProc{cmd: cmd, logs: logs, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(p.done) }()
-	t.Cleanup(p.kill)
-	return p
-}
-
-// kill sends SIGKILL and waits until the process is gone.
-func (p *fltProc) kill() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-func (p *fltProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
 
 // fltPusher pushes declaration documents to an agent's unix socket.
 func fltPusher(sock string) func(doc string) error {
@@ -117,69 +62,6 @@ func fltRoster(gen int) string {
 		names = append(names, fmt.Sprintf(`"n%d.internal": ["10.2.0.%d"]`, i, i))
 	}
 	return fmt.Sprintf(`{"generation": %d, "zones": ["internal"], "names": {%s}}`, gen, strings.Join(names, ", "))
-}
-
-// fltObserved is one row of `podman ps` for the test's containers.
-type fltObserved struct{ id, name, state string }
-
-// fltPS lists the test's containers through the podman API directly: a
-// `podman ps` costs a process start, too slow to catch a replacement's steps.
-func fltPS(h *podmantest.Harness) ([]fltObserved, error) {
-	sock := strings.TrimPrefix(strings.TrimPrefix(h.Socket(), "unix://"), "unix:")
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	filters, _ := json.Marshal(map[string][]string{"name": {"^" + h.Prefix()}})
-	resp, err := client.Get("http://d/v4.0.0/libpod/containers/json?all=true&filters=" + url.QueryEscape(string(filters)))
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("listing containers: %s", resp.Status)
-	}
-	var list []struct {
-		ID    string   `json:"Id"`
-		Names []string `json:"Names"`
-		State string   `json:"State"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return nil, fmt.Errorf("listing containers: %w", err)
-	}
-	var rows []fltObserved
-	for _, c := range list {
-		if len(c.Names) > 0 {
-			rows = append(rows, fltObserved{c.ID, c.Names[0], strings.ToLower(c.State)})
-		}
-	}
-	return rows, nil
-}
-
-// fltActions summarizes the "reconcile action" lines of an agent log as
-// "container:kind" (the prefix left out).
-func fltActions(log, prefix string) string {
-	var acts []string
-	for _, line := range strings.Split(log, "\n") {
-		if !strings.Contains(line, `msg="reconcile action`) {
-			continue
-		}
-		var name, kind string
-		for _, f := range strings.Fields(line) {
-			if v, ok := strings.CutPrefix(f, "container="); ok {
-				name = strings.TrimPrefix(v, prefix)
-			} else if v, ok := strings.CutPrefix(f, "kind="); ok {
-				kind = v
-			}
-		}
-		if strings.Contains(line, "action failed") {
-			kind += "(failed)"
-		}
-		acts = append(acts, name+":"+kind)
-	}
-	if len(acts) == 0 {
-		return "no actions"
-	}
-	return strings.Join(acts, " ")
 }
 
 // TestAgentSIGKILLMidReplacement kills the agent (a subprocess) with SIGKILL

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -156,16 +155,7 @@ func TestMigrationEndToEnd(t *testing.T) {
 	// creates counts podman's create events per container since a time.
 	creates := func(since time.Time) map[string]int {
 		t.Helper()
-		out := h.MustPodman("events", "--stream=false", "--since", since.Format(time.RFC3339Nano),
-			"--until", time.Now().Add(time.Second).Format(time.RFC3339Nano),
-			"--filter", "type=container", "--filter", "event=create", "--format", "{{.Name}}")
-		n := map[string]int{}
-		for _, name := range strings.Fields(out) {
-			if slices.Contains(all, name) {
-				n[name]++
-			}
-		}
-		return n
+		return createEvents(t, h, since, all)
 	}
 	// passes waits for at least n more agent passes (one a second).
 	passes := func(n int) { time.Sleep(time.Duration(n)*time.Second + 500*time.Millisecond) }

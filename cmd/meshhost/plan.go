@@ -101,7 +101,7 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*reconcile.Plan,
 		desired = append(desired, r)
 	}
 	// The agent's own view: its owner label and the containers it adopted.
-	rstate := loadReconcileState(filepath.Join(*f.state, reconcileStateFile), slog.New(slog.DiscardHandler))
+	rstate, _ := loadReconcileState(filepath.Join(*f.state, reconcileStateFile), slog.New(slog.DiscardHandler))
 	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: decl.Machine, NoInPlaceUpdates: !inPlace, Adoptions: rstate.Adoptions, BudgetUsed: rstate.BudgetUsed})
 	if err != nil {
 		return nil, err

@@ -61,6 +61,11 @@ type Config struct {
 	Journal   *journal.Journal
 	// StateDir keeps the last good declaration and the roster override.
 	StateDir string
+	// SavedGeneration is the generation of the declaration StateDir holds
+	// already (LoadDeclaration's, when the Source took it), so that a
+	// restart does not write the same declaration again: on a full disk
+	// that write would fail every pass.
+	SavedGeneration uint64
 	// Interval between periodic passes. Default 30s.
 	Interval time.Duration
 	Guard    rosterguard.Policy
@@ -129,7 +134,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m}, nil
+	return &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m, saved: cfg.SavedGeneration}, nil
 }
 
 // LoadDeclaration returns the declaration saved by the last run, or nil.
@@ -199,7 +204,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	}
 
 	// 1. The roster reaches the resolver first; no container is touched.
-	roster, err := a.rosterInForce(decl.Roster)
+	roster, unsaved, err := a.rosterInForce(decl.Roster)
 	if err != nil {
 		return rep, err
 	}
@@ -253,13 +258,14 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		a.log.Info("declaration applied", "generation", decl.Generation, "origin", origin)
 	}
 	a.metrics.declaration.Set(float64(decl.Generation))
-	return rep, res.Err()
+	return rep, errors.Join(unsaved, res.Err())
 }
 
 // rosterInForce updates the resolver with the declared roster unless the
 // guard holds it, and returns the roster containers are rendered with: the
-// one the resolver serves.
-func (a *Agent) rosterInForce(declared *spec.Roster) (*spec.Roster, error) {
+// one the resolver serves. unsaved is set when that roster is served but
+// the resolver could not save it: the pass goes on, and fails at its end.
+func (a *Agent) rosterInForce(declared *spec.Roster) (_ *spec.Roster, unsaved, err error) {
 	if a.inForce == nil {
 		// Once, after a start: the saved roster the resolver loaded. Kept
 		// from then on, since rebuilding it from the resolver's table costs
@@ -276,7 +282,7 @@ func (a *Agent) rosterInForce(declared *spec.Roster) (*spec.Roster, error) {
 			a.log.Warn("declared roster is older than the one served; keeping the newer", "declared", declared.Generation, "served", current.Generation)
 			a.olderLogged = declared.Generation
 		}
-		return current, nil
+		return current, nil, nil
 	}
 	if err := rosterguard.Check(current, declared, a.cfg.Guard); err != nil {
 		if a.accepted() != declared.Generation {
@@ -285,16 +291,28 @@ func (a *Agent) rosterInForce(declared *spec.Roster) (*spec.Roster, error) {
 			if held == nil || held.Error() != err.Error() { // loud once; the metric stays
 				a.log.Error("roster held", "err", err)
 			}
-			return current, nil
+			return current, nil, nil
 		}
 		a.log.Warn("roster shrink accepted by the operator", "generation", declared.Generation)
 	}
 	if err := a.cfg.Resolver.Update(declared); err != nil {
-		return nil, fmt.Errorf("updating the resolver to roster generation %d: %w", declared.Generation, err)
+		err = fmt.Errorf("updating the resolver to roster generation %d: %w", declared.Generation, err)
+		// The resolver serves a roster it could not save (a full disk)
+		// rather than none: it is in force, and the next pass must not
+		// offer it again (the resolver would refuse it as not newer, and
+		// every pass after would fail). This pass goes on with it, and
+		// reports the error at its end.
+		served := a.cfg.Resolver.Roster() // costly, but only on this error
+		if served == nil || served.Generation < declared.Generation {
+			return nil, nil, err
+		}
+		a.inForce = served
+		a.log.Error("roster in force but not saved: after a restart the resolver serves the roster it saved before, until the first pass", "generation", served.Generation, "err", err)
+		return served, err, nil
 	}
 	a.inForce = declared
 	a.log.Info("roster in force", "generation", declared.Generation, "names", len(declared.Names))
-	return declared, nil
+	return declared, nil, nil
 }
 
 func (a *Agent) accepted() uint64 {

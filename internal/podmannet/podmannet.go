@@ -16,6 +16,9 @@ type Runtime struct{ *podman.Runtime }
 
 var _ migrations.Runtime = Runtime{}
 
+// reconcile/podman's Runtime prunes probe images itself.
+var _ migrations.ImagePruner = (*podman.Runtime)(nil)
+
 // Networks returns the runtime's networks as migrations.Network values.
 func (p Runtime) Networks(ctx context.Context) ([]migrations.Network, error) {
 	nets, err := p.Runtime.Networks(ctx)
@@ -40,4 +43,24 @@ func (p Runtime) Version(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return "podman " + v.Version, nil
+}
+
+// ProbeContainers lists the containers labelled migrations.LabelProbe, in
+// any state.
+func (p Runtime) ProbeContainers(ctx context.Context) ([]migrations.ProbeContainer, error) {
+	list, err := p.Runtime.ListLabelled(ctx, migrations.LabelProbe)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]migrations.ProbeContainer, 0, len(list))
+	for _, c := range list {
+		out = append(out, migrations.ProbeContainer{ID: c.ID, Name: c.Name, Labels: c.Labels, State: string(c.State), Created: c.Created})
+	}
+	return out, nil
+}
+
+// RemoveProbeContainer removes a probe container by force, with its
+// anonymous volumes.
+func (p Runtime) RemoveProbeContainer(ctx context.Context, id string) error {
+	return p.Runtime.RemoveOneShot(ctx, id)
 }

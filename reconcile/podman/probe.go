@@ -12,6 +12,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/images"
 
+	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -36,9 +37,8 @@ func (r *Runtime) RunOnce(ctx context.Context, rendered spec.Rendered) (exitCode
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 		defer cancel()
-		opts := new(containers.RemoveOptions).WithForce(true).WithVolumes(true).WithTimeout(0)
-		if _, rerr := containers.Remove(r.call(rctx, "Remove"), id, opts); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("removing one-shot container %s: %w", rendered.Name, mapError(rerr)))
+		if rerr := r.RemoveOneShot(rctx, id); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("removing one-shot container %s: %w", rendered.Name, rerr))
 		}
 	}()
 	if err := r.Start(ctx, id); err != nil {
@@ -56,6 +56,63 @@ func (r *Runtime) RunOnce(ctx context.Context, rendered spec.Rendered) (exitCode
 		return int(code), out, fmt.Errorf("reading the output of container %s: %w", rendered.Name, err)
 	}
 	return int(code), out, nil
+}
+
+// RemoveOneShot removes a one-shot container (RunOnce's, such as a probe
+// left behind by a killed agent) by force: killed at once if it runs, with
+// its anonymous volumes (never a named one). A container already gone is
+// not an error. It is not for managed containers, which stop with their own
+// signal and timeout (Stop, Remove).
+func (r *Runtime) RemoveOneShot(ctx context.Context, id string) error {
+	opts := new(containers.RemoveOptions).WithForce(true).WithVolumes(true).WithTimeout(0).WithIgnore(true)
+	reports, err := containers.Remove(r.call(ctx, "Remove"), id, opts)
+	if err == nil {
+		for _, rep := range reports {
+			if rep.Err != nil {
+				err = rep.Err
+				break
+			}
+		}
+	}
+	if err != nil {
+		if err = mapError(err); errors.Is(err, reconcile.ErrNotFound) {
+			return nil
+		}
+		return fmt.Errorf("removing container %s: %w", id, err)
+	}
+	return nil
+}
+
+// Labelled is a container found by a label (ListLabelled).
+type Labelled struct {
+	ID      string
+	Name    string
+	Image   string
+	Labels  map[string]string
+	State   reconcile.State
+	Created time.Time
+}
+
+// ListLabelled returns every container, running or not, that carries the
+// label key, whatever its value, in one call.
+func (r *Runtime) ListLabelled(ctx context.Context, key string) ([]Labelled, error) {
+	opts := new(containers.ListOptions).WithAll(true).WithFilters(map[string][]string{"label": {key}})
+	list, err := containers.List(r.call(ctx, "List"), opts)
+	if err != nil {
+		return nil, fmt.Errorf("listing containers labelled %s: %w", key, mapError(err))
+	}
+	out := make([]Labelled, 0, len(list))
+	for _, c := range list {
+		if _, ok := c.Labels[key]; !ok {
+			continue // the filter is podman's; the promise is ours
+		}
+		l := Labelled{ID: c.ID, Image: c.Image, Labels: c.Labels, State: state(c.State), Created: c.Created}
+		if len(c.Names) > 0 {
+			l.Name = c.Names[0]
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 // logs returns the whole output of an exited container: standard output,
@@ -102,6 +159,28 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 		return false, fmt.Errorf("looking up image %s: %w", ref, err)
 	}
 	return ok, nil
+}
+
+// ImageTags returns the names ("REPO:TAG") of the images podman has in the
+// repository repo, exactly: "localhost/meshhost-probe" never matches
+// "localhost/meshhost-probe-x:1".
+func (r *Runtime) ImageTags(ctx context.Context, repo string) ([]string, error) {
+	list, err := images.List(r.call(ctx, "ImageList"), nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing images: %w", err)
+	}
+	var out []string
+	for _, img := range list {
+		for _, tag := range img.RepoTags {
+			if name, _, ok := strings.Cut(tag, "@"); ok {
+				tag = name
+			}
+			if i := strings.LastIndex(tag, ":"); i > 0 && tag[:i] == repo && !strings.Contains(tag[i+1:], "/") {
+				out = append(out, tag)
+			}
+		}
+	}
+	return out, nil
 }
 
 // RemoveImage removes the image named ref; a missing image is not an error.
