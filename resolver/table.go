@@ -88,10 +88,19 @@ func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
 		t.zones = append(t.zones, zone{name: z, dot: "." + z, wire: w, soa: soaRecord(w, r.Generation, negTTL)})
 	}
 
+	// Size every arena up front, empty non-terminals included, so nothing
+	// grows (a copy) or is trimmed (another) afterwards: fresh pages cost
+	// over 10 µs each to fault in on a virtual machine, and a copy faults
+	// them all at once, without yielding.
+	type entKey struct {
+		zone uint16
+		rel  string
+	}
+	ents := map[entKey]bool{} // empty non-terminals (or names that are also parents)
 	var nameBytes, n4, n6 int
 	for n, addrs := range r.Names {
 		y.Maybe()
-		_, rel := t.split(spec.CanonicalName(n))
+		zi, rel := t.split(spec.CanonicalName(n))
 		nameBytes += len(rel) + 1
 		for _, a := range addrs {
 			if a.Is4() {
@@ -100,14 +109,22 @@ func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
 				n6++
 			}
 		}
+		for i := strings.IndexByte(rel, '.'); zi != 0 && i >= 0; i = strings.IndexByte(rel, '.') {
+			rel = rel[i+1:]
+			if k := (entKey{zi, rel}); !ents[k] {
+				ents[k] = true
+				nameBytes += len(rel) + 1
+			}
+		}
 	}
+	nents := len(r.Names) + len(t.zones) + len(ents)
 	size := uint64(4)
-	for size < uint64(len(r.Names)+len(t.zones))*2 {
+	for size < uint64(nents)*2 {
 		size <<= 1
 	}
 	t.slots = make([]uint32, size)
 	t.mask = size - 1
-	t.ents = make([]entry, 0, len(r.Names)+len(t.zones))
+	t.ents = make([]entry, 0, nents)
 	t.names = make([]byte, 0, nameBytes)
 	t.addrs = make([]byte, 0, 4*n4+16*n6)
 	t.rev4 = make([]uint64, 0, n4)
@@ -149,13 +166,6 @@ func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
 				return nil, err
 			}
 		}
-	}
-	// Empty non-terminals grew the arenas past their size: trim the slack.
-	if cap(t.names)-len(t.names) > len(t.names)/16 {
-		t.names = slices.Clone(t.names)
-	}
-	if cap(t.ents)-len(t.ents) > len(t.ents)/16 {
-		t.ents = slices.Clone(t.ents)
 	}
 	sortYielding(t.rev4, &y)
 	y.Now()
@@ -465,7 +475,7 @@ func soaRecord(zoneWire []byte, gen uint64, negTTL uint32) []byte {
 	return b
 }
 
-// sortYielding sorts keys with a least-significant-digit radix sort, 16 bits
+// sortYielding sorts keys with a least-significant-digit radix sort, a byte
 // a pass, yielding as it goes: a comparison sort of 100,000 keys holds the
 // CPU for several milliseconds in one piece.
 func sortYielding(keys []uint64, y *yield.Yielder) {
@@ -474,14 +484,14 @@ func sortYielding(keys []uint64, y *yield.Yielder) {
 	}
 	buf := make([]uint64, len(keys))
 	src, dst := keys, buf
-	var count [1 << 16]int
-	for shift := uint(0); shift < 64; shift += 16 {
+	var count [256]int
+	for shift := uint(0); shift < 64; shift += 8 {
 		clear(count[:])
 		for _, k := range src {
-			count[k>>shift&0xFFFF]++
+			count[k>>shift&0xFF]++
 			y.Maybe()
 		}
-		if count[src[0]>>shift&0xFFFF] == len(src) {
+		if count[src[0]>>shift&0xFF] == len(src) {
 			continue // every key has the same digit here: nothing moves
 		}
 		pos := 0
@@ -490,7 +500,7 @@ func sortYielding(keys []uint64, y *yield.Yielder) {
 			pos += c
 		}
 		for _, k := range src {
-			d := k >> shift & 0xFFFF
+			d := k >> shift & 0xFF
 			dst[count[d]] = k
 			count[d]++
 			y.Maybe()

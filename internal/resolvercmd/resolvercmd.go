@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/filewatch"
+	"github.com/meshhost/meshhost/internal/yield"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )
@@ -201,7 +202,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 // reloadRoster reads, validates and applies the roster file.
 func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	start := time.Now()
-	data, err := os.ReadFile(path)
+	data, err := yield.ReadFile(path) // a swap runs beside queries: read in steps
 	if err != nil {
 		return fmt.Errorf("reading roster: %w", err)
 	}

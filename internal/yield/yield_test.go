@@ -1,6 +1,12 @@
 package yield
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,5 +65,28 @@ func TestMaybeParksOnlyWhenWaiting(t *testing.T) {
 	}
 	if d := time.Since(start); d < 20*nap {
 		t.Errorf("20 naps took %v, less than 20 x %v", d, nap)
+	}
+}
+
+// TestReadFile reads files smaller and larger than a read, empty, and one
+// that does not exist.
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, size := range []int{0, 1, readChunk - 1, readChunk, 3*readChunk + 17} {
+		want := make([]byte, size)
+		for i := range want {
+			want[i] = byte(i * 7)
+		}
+		path := filepath.Join(dir, fmt.Sprint(size))
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadFile(path)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("ReadFile of %d bytes = %d bytes, %v; want the file", size, len(got), err)
+		}
+	}
+	if _, err := ReadFile(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadFile of a missing file = %v, want fs.ErrNotExist", err)
 	}
 }
