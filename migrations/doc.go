@@ -17,6 +17,9 @@
 //     its own container name. Probe containers carry LabelProbe and
 //     LabelProbeOwner; those an agent killed mid-probe leaves behind are
 //     swept (SweepProbes) at the next start and before each probe round.
+//     The Runner exposes the resolver through an Exposer, which the agent
+//     shares: it serves the networks already in resolve mode even when no
+//     Runner can be made, and takes the resolver back from networks gone.
 //   - A Gate turns the machine's flag (spec.MeshNamesFlag) and the probe
 //     results into each container's spec.Mode. It fails closed: a container
 //     is in resolve mode only when every one of its networks is. Its State

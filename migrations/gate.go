@@ -351,9 +351,9 @@ func (g *Gate) evaluate(s *State) {
 }
 
 // Strategies returns the proven strategy of every network in resolve mode:
-// the agent exposes the resolver through each at start (Runner.Expose) and
-// prefers them when probing again (Runner.Probe), so a network keeps its
-// configuration.
+// the agent exposes the resolver through each on every pass
+// (Exposer.Expose), whether or not it can probe, and prefers them when
+// probing again (Runner.Probe), so a network keeps its configuration.
 func (g *Gate) Strategies() map[string]Strategy {
 	g.mu.Lock()
 	defer g.mu.Unlock()

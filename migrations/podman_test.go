@@ -194,6 +194,7 @@ func (e *env) list(names ...string) []migrations.Network {
 type deaf struct{}
 
 func (deaf) Listen(netip.AddrPort) error                          { return nil }
+func (deaf) Unlisten(netip.AddrPort) error                        { return nil }
 func (deaf) SetAllow([]netip.Prefix)                              {}
 func (deaf) SetLocalForward(netip.Prefix, string, netip.AddrPort) {}
 

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -40,11 +39,13 @@ type Runtime interface {
 	ProbeCleaner
 }
 
-// Resolver is what a Runner needs of the resolver (resolver.Server has
-// it): to be made reachable where a strategy says. The canary it must
-// answer is resolver.CanaryName, with resolver.CanaryAddress.
+// Resolver is what an Exposer needs of the resolver (resolver.Server has
+// it): to be made reachable where a strategy says, and no longer where no
+// network needs it. The canary a probe asks it is resolver.CanaryName, with
+// resolver.CanaryAddress.
 type Resolver interface {
 	Listen(addr netip.AddrPort) error
+	Unlisten(addr netip.AddrPort) error
 	SetAllow(clients []netip.Prefix)
 	SetLocalForward(client netip.Prefix, zone string, server netip.AddrPort)
 }
@@ -59,10 +60,15 @@ const DefaultNodeLocal = "169.254.53.53"
 // The reconciler never manages them (they lack its managed label).
 const LabelProbe = spec.LabelPrefix + "probe"
 
-// RunnerConfig is what a Runner needs. Runtime, Resolver, Image, Zone and
-// Outside are required.
+// RunnerConfig is what a Runner needs. Runtime, Resolver (or Exposer),
+// Image, Zone and Outside are required.
 type RunnerConfig struct {
-	Runtime  Runtime
+	Runtime Runtime
+	// Exposer, when set, is how the Runner makes the resolver reachable,
+	// shared with its other users (the agent): Resolver, NodeLocal and
+	// Allow are then the Exposer's, and ignored here. Nil: the Runner
+	// makes its own from them.
+	Exposer  *Exposer
 	Resolver Resolver
 	// Image is the probe image (see ProbeImage).
 	Image string
@@ -80,7 +86,8 @@ type RunnerConfig struct {
 	NodeLocal netip.Addr
 	// Allow is the resolver's own client allow list; the Runner sets the
 	// resolver's list to it plus the subnets of the networks it serves.
-	// Once a Runner exists, change the list through SetAllow only.
+	// Once a Runner exists, change the list through SetAllow (or its
+	// Exposer's) only.
 	Allow []netip.Prefix
 	// ProbeUnroutable also probes macvlan, ipvlan and unknown drivers. Off
 	// by default: from those the node-local address is reached, if at all,
@@ -107,12 +114,11 @@ type RunnerConfig struct {
 type Runner struct {
 	cfg RunnerConfig
 	log *slog.Logger
+	exp *Exposer
 
-	// mu guards the fields below, the resolver's exposure.
-	mu        sync.Mutex
-	listening map[netip.AddrPort]bool
-	subnets   map[string][]netip.Prefix // network -> subnets allowed
-	running   map[string]bool           // names of the probe containers of rounds in flight
+	// mu guards the fields below.
+	mu      sync.Mutex
+	running map[string]bool // names of the probe containers of rounds in flight
 }
 
 // NewRunner returns a Runner for cfg.
@@ -120,7 +126,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	switch {
 	case cfg.Runtime == nil:
 		return nil, errors.New("migrations: RunnerConfig.Runtime is required")
-	case cfg.Resolver == nil:
+	case cfg.Resolver == nil && cfg.Exposer == nil:
 		return nil, errors.New("migrations: RunnerConfig.Resolver is required")
 	case cfg.Image == "":
 		return nil, errors.New("migrations: RunnerConfig.Image is required (see ProbeImage)")
@@ -128,9 +134,6 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, fmt.Errorf("migrations: RunnerConfig.Zone %q is not a zone name", cfg.Zone)
 	case cfg.Outside == "":
 		return nil, errors.New("migrations: RunnerConfig.Outside is required: a name outside the mesh the resolver forwards")
-	}
-	if !cfg.NodeLocal.IsValid() {
-		cfg.NodeLocal = netip.MustParseAddr(DefaultNodeLocal)
 	}
 	cfg.Timeout = cmp.Or(cfg.Timeout, 30*time.Second)
 	cfg.Concurrency = cmp.Or(max(cfg.Concurrency, 0), 4)
@@ -140,10 +143,15 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Runner{
-		cfg: cfg, log: cfg.Logger.With("component", "migrations"),
-		listening: map[netip.AddrPort]bool{}, subnets: map[string][]netip.Prefix{}, running: map[string]bool{},
-	}, nil
+	exp := cfg.Exposer
+	if exp == nil {
+		var err error
+		exp, err = NewExposer(ExposerConfig{Resolver: cfg.Resolver, NodeLocal: cfg.NodeLocal, Allow: cfg.Allow, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "migrations"), exp: exp, running: map[string]bool{}}, nil
 }
 
 // Result is one network's probe.
@@ -258,125 +266,13 @@ func noStrategy(n Network, k Kind) string {
 	return fmt.Sprintf("no strategy for %s network %s", n.Driver, n.Name)
 }
 
-// endpoint is what strategy s needs on network n: where the resolver
-// listens, which local forwards it keeps, and what the container's
-// resolv.conf says.
-type endpoint struct {
-	listen   []netip.AddrPort
-	forwards []localForward
-	dns      spec.DNSConfig
-}
-
-type localForward struct {
-	client netip.Prefix
-	server netip.AddrPort
-}
-
-// dnsOptions are the resolv.conf options of every resolve-mode container.
-var dnsOptions = []string{"ndots:1"}
-
-func (r *Runner) endpoint(n Network, s Strategy) (endpoint, error) {
-	switch s {
-	case StrategyGateway:
-		if n.DNSEnabled {
-			return endpoint{}, errors.New("aardvark-dns serves the gateway's port 53")
-		}
-		gws := n.gateways()
-		if len(gws) == 0 {
-			if n.Internal {
-				return endpoint{}, errors.New("the internal network has no gateway, so nothing on this host is reachable from it (podman gives an internal network without DNS a gateway only when created with --gateway)")
-			}
-			return endpoint{}, errors.New("the network has no IPv4 gateway")
-		}
-		e := endpoint{dns: spec.DNSConfig{Servers: gws, Options: dnsOptions}}
-		for _, gw := range gws {
-			e.listen = append(e.listen, netip.AddrPortFrom(gw, 53))
-		}
-		return e, nil
-	case StrategyNodeLocal:
-		if !assigned(r.cfg.NodeLocal) {
-			return endpoint{}, fmt.Errorf("node-local address %s is not assigned to this host; add it (ip addr add %s/32 dev lo) or configure another", r.cfg.NodeLocal, r.cfg.NodeLocal)
-		}
-		e := endpoint{listen: []netip.AddrPort{netip.AddrPortFrom(r.cfg.NodeLocal, 53)}}
-		e.dns = spec.DNSConfig{Servers: []netip.Addr{r.cfg.NodeLocal}, Options: dnsOptions}
-		if n.DNSEnabled {
-			e.dns.Search = []string{PodmanDNSZone}
-			for _, sn := range n.Subnets {
-				if sn.Prefix.IsValid() && sn.Gateway.IsValid() {
-					e.forwards = append(e.forwards, localForward{sn.Prefix.Masked(), netip.AddrPortFrom(sn.Gateway, 53)})
-				}
-			}
-		}
-		return e, nil
-	}
-	return endpoint{}, fmt.Errorf("strategy %q needs no resolver", s)
-}
-
-// assigned reports whether a is an address of one of this host's
-// interfaces.
-func assigned(a netip.Addr) bool {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return false
-	}
-	for _, ia := range addrs {
-		if p, err := netip.ParsePrefix(ia.String()); err == nil && p.Addr().Unmap() == a {
-			return true
-		}
-	}
-	return false
-}
-
-// Expose makes the resolver reachable from network n through strategy s:
-// it listens where s says (if not already), keeps n's local forwards and
-// allows n's subnets. The agent calls it at start for every network whose
-// containers are in resolve mode (Gate.Strategies), before any probe.
-func (r *Runner) Expose(n Network, s Strategy) (spec.DNSConfig, error) {
-	if s == StrategyNone {
-		return spec.DNSConfig{}, nil
-	}
-	e, err := r.endpoint(n, s)
-	if err != nil {
-		return spec.DNSConfig{}, err
-	}
-	return e.dns, r.expose(n, e)
-}
-
-func (r *Runner) expose(n Network, e endpoint) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.subnets[n.Name] = n.prefixes()
-	allow := slices.Clone(r.cfg.Allow)
-	for _, ps := range r.subnets {
-		allow = append(allow, ps...)
-	}
-	r.cfg.Resolver.SetAllow(allow)
-	for _, f := range e.forwards {
-		r.cfg.Resolver.SetLocalForward(f.client, PodmanDNSZone, f.server)
-	}
-	for _, a := range e.listen {
-		if r.listening[a] {
-			continue
-		}
-		if err := r.cfg.Resolver.Listen(a); err != nil {
-			return fmt.Errorf("making the resolver listen on %s: %w", a, err)
-		}
-		r.listening[a] = true
-	}
-	return nil
-}
+// Expose makes the resolver reachable from network n through strategy s
+// (see Exposer.Expose).
+func (r *Runner) Expose(n Network, s Strategy) (spec.DNSConfig, error) { return r.exp.Expose(n, s) }
 
 // SetAllow replaces the resolver's own allow list (RunnerConfig.Allow); the
 // subnets of exposed networks stay allowed.
-func (r *Runner) SetAllow(allow []netip.Prefix) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.cfg.Allow = slices.Clone(allow)
-	for _, ps := range r.subnets {
-		allow = append(allow, ps...)
-	}
-	r.cfg.Resolver.SetAllow(allow)
-}
+func (r *Runner) SetAllow(allow []netip.Prefix) { r.exp.SetAllow(allow) }
 
 // attempt exposes the resolver through s and runs one probe container. A
 // listener it opened stays open even when the probe fails: it harms
@@ -387,9 +283,9 @@ func (r *Runner) attempt(ctx context.Context, n Network, s Strategy) (Attempt, s
 		a.Pass, a.Reason = true, "nothing to resolve on a network without connectivity"
 		return a, spec.DNSConfig{}
 	}
-	e, err := r.endpoint(n, s)
+	e, err := r.exp.endpoint(n, s)
 	if err == nil {
-		err = r.expose(n, e)
+		err = r.exp.expose(n, e)
 	}
 	if err != nil {
 		a.Reason = err.Error()

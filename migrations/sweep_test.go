@@ -174,6 +174,7 @@ func TestRunnerSweepsBeforeEachRound(t *testing.T) {
 type nopResolver struct{}
 
 func (nopResolver) Listen(netip.AddrPort) error                          { return nil }
+func (nopResolver) Unlisten(netip.AddrPort) error                        { return nil }
 func (nopResolver) SetAllow([]netip.Prefix)                              {}
 func (nopResolver) SetLocalForward(netip.Prefix, string, netip.AddrPort) {}
 

@@ -26,8 +26,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, desired []spec.Rendered) (*R
 // dependencies), then the declared containers, each after its dependencies
 // are done (and healthy, when they have a healthcheck and were just
 // started), with at most Config.Concurrency actions at once. Replacements
-// beyond the budget are deferred (Outcome.Deferred). An action whose
-// dependency failed is not attempted.
+// beyond the budget are deferred (Outcome.Deferred); the others are charged
+// to it, and the charges saved (Config.BudgetCharged), before the first
+// action. An action whose dependency failed is not attempted.
 //
 // Apply returns a Result in every case, and an error joining the errors of
 // every failed action.
@@ -51,17 +52,40 @@ func (r *Reconciler) Apply(ctx context.Context, p *Plan) (*Result, error) {
 }
 
 // charge takes a budget token for each replacement in order, and defers the
-// replacements beyond the budget.
+// replacements beyond the budget. It runs before any action of the pass,
+// and saves the charges through Config.BudgetCharged before returning: a
+// replacement whose charge cannot be saved is deferred and refunded (see
+// Config.BudgetCharged for why).
 func (r *Reconciler) charge(res *Result) {
+	var charged []*Outcome
+	var at []time.Time
 	for i := range res.Outcomes {
 		o := &res.Outcomes[i]
-		if o.Kind != Replace || r.state.take(r.now()) {
+		if o.Kind != Replace {
+			continue
+		}
+		if now := r.now(); r.state.take(now) {
+			charged, at = append(charged, o), append(at, now)
 			continue
 		}
 		o.Deferred = true
 		res.Deferred++
 		r.metrics.deferred.Inc()
 	}
+	if len(charged) == 0 || r.cfg.BudgetCharged == nil {
+		return
+	}
+	err := r.cfg.BudgetCharged(r.BudgetUsed())
+	if err == nil {
+		return
+	}
+	r.state.refund(at)
+	for _, o := range charged {
+		o.Deferred, o.unsaved = true, true
+		res.Deferred++
+		r.metrics.deferred.Inc()
+	}
+	res.ChargeErr = fmt.Errorf("replacements deferred (%d): saving the replacement budget before they begin: %w", len(charged), err)
 }
 
 // run carries out the outcomes' actions in two phases, removals then the
@@ -150,6 +174,8 @@ func (r *Reconciler) finish(o *Outcome, err error) {
 	case err != nil:
 		r.metrics.errors.WithLabelValues(string(o.Kind)).Inc()
 		r.log.Error("reconcile action failed", append(attrs, "err", err)...)
+	case o.unsaved:
+		r.log.Error("replacement deferred: its charge to the budget could not be saved; it goes ahead once a save succeeds", attrs...)
 	case o.Deferred:
 		r.log.Warn("replacement deferred: budget spent", append(attrs, "budget", fmt.Sprintf("%d per %v", r.cfg.Budget.Max, r.cfg.Budget.Window))...)
 	default:

@@ -39,6 +39,25 @@ type Config struct {
 	// earlier Reconciler (see Reconciler.BudgetUsed), so that a restart does
 	// not reset the budget.
 	BudgetUsed []time.Time
+	// BudgetCharged, when set, saves the budget as soon as a pass charges
+	// it: Apply calls it with the start times in the window (what BudgetUsed
+	// returns) after charging the pass's replacements and before any runtime
+	// call of the pass. A process killed mid-pass then restarts with the
+	// charges of the replacements it began (Config.BudgetUsed); saving only
+	// after the pass would forget them, and an agent crash-looping through
+	// replacements would begin one per restart, whatever the budget.
+	//
+	// If it returns an error, the pass's replacements are deferred and
+	// uncharged, as if the budget were spent, and Result.ChargeErr says why.
+	// The budget is the guard against replacement storms, and a charge
+	// that is not saved does not survive the crash it exists for. Only
+	// replacements wait: creates, starts, resumed and rolled back
+	// replacements, updates and removals go on, and a deferred container
+	// that is not running is started as it is, so nothing is left down.
+	// Every pass tries again, so the replacements go ahead as soon as a save
+	// succeeds (e.g. once the operator frees the full disk), without a
+	// restart.
+	BudgetCharged func(used []time.Time) error
 	// Adoptions restores adoptions made by an earlier Reconciler (see
 	// Reconciler.Adoptions).
 	Adoptions []Adoption

@@ -21,7 +21,8 @@ import (
 //   - an unmanaged container holds it: a conflict, nothing is touched.
 //
 // Resuming is not charged to the budget: the replacement was charged when it
-// began, and the old container is down until it ends.
+// began (and the charge saved then, before its first step: see
+// Config.BudgetCharged), and the old container is down until it ends.
 func (p *planner) recover(a Action, o, aside *Observed) Action {
 	a.AsideID = aside.ID
 	d := a.Desired

@@ -207,3 +207,106 @@ func TestDeferredStoppedContainerIsStarted(t *testing.T) {
 		t.Errorf("a = %s %s, want the old image running", c.State, c.Settings.Image)
 	}
 }
+
+// TestBudgetSavedBeforeReplacementBegins: the charge of a replacement is
+// handed to Config.BudgetCharged before the runtime sees any action of the
+// pass, so a process killed at the replacement's first step restarts with
+// the charge, and a budget of one an hour holds the next replacement.
+func TestBudgetSavedBeforeReplacementBegins(t *testing.T) {
+	clock := newClock()
+	budget := reconcile.Budget{Max: 1, Window: time.Hour}
+	rt := memory.New(memory.Options{})
+	cs := []spec.Container{container("a", "img:1"), container("b", "img:1")}
+	mustReconcile(t, newReconciler(t, rt, nil), renderAll(t, cs, nil, resolveMode))
+	before := ids(rt)
+	cs[0].Image = "img:2"
+	desired := renderAll(t, cs, nil, resolveMode)
+
+	var saved []time.Time
+	var atSave map[string]int // the runtime's calls when the charge was saved
+	withHook := func(c *reconcile.Config) {
+		c.Budget, c.Now = budget, clock.Now
+		c.BudgetCharged = func(used []time.Time) error {
+			saved, atSave = used, rt.CallCounts()
+			return nil
+		}
+	}
+	r := newReconciler(t, rt, withHook)
+	p, err := r.Plan(context.Background(), desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.ResetCalls()
+	// The process dies at the replacement's first runtime call.
+	rt.Inject(memory.Fault{Method: "Stop", N: 1, Crash: true})
+	if _, err := r.Apply(context.Background(), p); err == nil {
+		t.Fatal("Apply with a crash at the first stop: no error")
+	}
+	rt.Recover()
+	if diff := cmp.Diff([]time.Time{clock.Now()}, saved); diff != "" {
+		t.Fatalf("budget saved (-want +got):\n%s", diff)
+	}
+	if len(atSave) != 0 {
+		t.Errorf("runtime calls before the charge was saved: %v, want none", atSave)
+	}
+
+	// The restarted process restores what was saved: the hour's one
+	// replacement is spent.
+	clock.Advance(time.Minute)
+	r = newReconciler(t, rt, func(c *reconcile.Config) { withHook(c); c.BudgetUsed = saved })
+	res := mustReconcile(t, r, desired)
+	if res.Deferred != 1 || res.Count(reconcile.Replace) != 0 {
+		t.Errorf("after a restart: replaced %d, deferred %d; want 0, 1 (the killed pass's charge holds)", res.Count(reconcile.Replace), res.Deferred)
+	}
+	if got := ids(rt); got["a"] != before["a"] {
+		t.Errorf("a replaced again within the hour after a restart: %s -> %s", before["a"], got["a"])
+	}
+}
+
+// TestBudgetChargeNotSaved: a charge that cannot be saved defers the
+// replacement, refunds the budget and fails the pass, and nothing else of
+// the pass waits; the next pass whose save succeeds replaces.
+func TestBudgetChargeNotSaved(t *testing.T) {
+	rt := memory.New(memory.Options{})
+	cs := []spec.Container{container("a", "img:1"), container("b", "img:1")}
+	mustReconcile(t, newReconciler(t, rt, nil), renderAll(t, cs, nil, resolveMode))
+	before := ids(rt)
+	rt.Exited("b")
+	cs[0].Image, cs[1].Image = "img:2", "img:2"
+	cs = append(cs, container("c", "img:1"))
+	desired := renderAll(t, cs, nil, resolveMode)
+
+	saveErr := errors.New("no space left on device")
+	r := newReconciler(t, rt, func(c *reconcile.Config) {
+		c.BudgetCharged = func([]time.Time) error { return saveErr }
+	})
+	res, err := r.Reconcile(context.Background(), desired)
+	if !errors.Is(err, saveErr) || !errors.Is(res.ChargeErr, saveErr) || !strings.Contains(err.Error(), "saving the replacement budget") {
+		t.Fatalf("Reconcile with an unsavable charge = %v (ChargeErr %v), want the save's error", err, res.ChargeErr)
+	}
+	if res.Deferred != 2 || res.Count(reconcile.Replace) != 0 {
+		t.Errorf("replaced %d, deferred %d; want 0, 2", res.Count(reconcile.Replace), res.Deferred)
+	}
+	if n := rt.Calls("Stop") + rt.Calls("Rename") + rt.Calls("Remove"); n != 0 {
+		t.Errorf("%d stop, rename or remove calls for replacements that were not charged", n)
+	}
+	if used := r.BudgetUsed(); len(used) != 0 {
+		t.Errorf("BudgetUsed = %v, want the unsaved charges refunded", used)
+	}
+	for _, name := range []string{"a", "b"} {
+		if c, _ := rt.Container(name); c.ID != before[name] || c.State != reconcile.StateRunning {
+			t.Errorf("%s = %s %s, want the old %s running", name, c.ID, c.State, before[name])
+		}
+	}
+	if c, ok := rt.Container("c"); !ok || c.State != reconcile.StateRunning {
+		t.Errorf("c was not created: a create is not charged and does not wait")
+	}
+
+	r = newReconciler(t, rt, func(c *reconcile.Config) {
+		c.BudgetCharged = func([]time.Time) error { return nil }
+	})
+	if res := mustReconcile(t, r, desired); res.Count(reconcile.Replace) != 2 || res.ChargeErr != nil {
+		t.Errorf("once the save succeeds: replaced %d (ChargeErr %v), want 2", res.Count(reconcile.Replace), res.ChargeErr)
+	}
+	checkConverged(t, rt, desired)
+}

@@ -11,8 +11,11 @@ type Result struct {
 	Outcomes []Outcome
 	// Deferred counts replacements left for a later pass by the budget.
 	Deferred int
-	Start    time.Time
-	Duration time.Duration
+	// ChargeErr says why the replacements the budget allowed were deferred
+	// all the same: their charge could not be saved (Config.BudgetCharged).
+	ChargeErr error
+	Start     time.Time
+	Duration  time.Duration
 }
 
 // Outcome is what became of one Action.
@@ -24,15 +27,19 @@ type Outcome struct {
 	// Deferred reports a replacement the budget left for a later pass. A
 	// deferred container that was not running is started as it is.
 	Deferred bool
+	// unsaved: deferred because its charge could not be saved, not because
+	// the budget was spent.
+	unsaved bool
 	// NewID is the container now holding the name, when the action created
 	// one (Create, Replace, Resume).
 	NewID    string
 	Duration time.Duration
 }
 
-// Err joins the errors of every failed action, or returns nil.
+// Err joins ChargeErr and the errors of every failed action, or returns
+// nil.
 func (r *Result) Err() error {
-	var errs []error
+	errs := []error{r.ChargeErr}
 	for _, o := range r.Outcomes {
 		if o.Err != nil {
 			errs = append(errs, o.Err)

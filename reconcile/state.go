@@ -62,6 +62,17 @@ func (s *state) take(now time.Time) bool {
 	return true
 }
 
+// refund gives back the charges made at the times at (see take).
+func (s *state) refund(at []time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range at {
+		if i := slices.IndexFunc(s.used, t.Equal); i >= 0 {
+			s.used = slices.Delete(s.used, i, i+1)
+		}
+	}
+}
+
 // prune drops replacements older than the window. mu must be held.
 func (s *state) prune(now time.Time) {
 	cut := now.Add(-s.budget.Window)

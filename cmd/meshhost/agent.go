@@ -109,6 +109,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	var rt reconcile.Runtime
 	inPlace := true
 	var nets agent.Networks
+	var exposer *migrations.Exposer
 	var newProber func(zone string) (agent.Prober, error)
 	switch *runtimeKind {
 	case "memory":
@@ -141,6 +142,16 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		if err != nil {
 			return 2, err
 		}
+		// The exposer is made here, not with the prober: the networks in
+		// resolve mode are served from the first pass even when no prober
+		// can be made. The --listen addresses are the operator's: never
+		// closed when a network goes.
+		exposer, err = migrations.NewExposer(migrations.ExposerConfig{
+			Resolver: srv, NodeLocal: nl, Allow: allow, Static: srv.Listeners(), Logger: logger,
+		})
+		if err != nil {
+			return 1, err
+		}
 		newProber = func(zone string) (agent.Prober, error) {
 			if outside == "" {
 				return nil, errors.New("no --probe-outside: the probe must prove that names outside the mesh still resolve through the resolver; give a name your upstream answers, e.g. --probe-outside example.org")
@@ -157,8 +168,8 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 			}
 			migrations.PruneProbeImages(ctx, p, image, logger) // logs what it removes, and what it cannot
 			return migrations.NewRunner(migrations.RunnerConfig{
-				Runtime: probeRuntime{Runtime: p}, Resolver: srv, Image: image, Zone: zone,
-				Outside: outside, OutsideWant: outsideWant, NodeLocal: nl, Allow: allow, Logger: logger,
+				Runtime: probeRuntime{Runtime: p}, Exposer: exposer, Image: image, Zone: zone,
+				Outside: outside, OutsideWant: outsideWant, Logger: logger,
 				Owner: *machine,
 			})
 		}
@@ -174,25 +185,23 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	if err != nil {
 		return 1, err
 	}
-	rstate, savedState := loadReconcileState(filepath.Join(*stateDir, reconcileStateFile), logger)
-	rec, err := reconcile.New(reconcile.Config{
+	rec, saveState, err := openReconciler(reconcile.Config{
 		Runtime: rt, Owner: *machine, NoInPlaceUpdates: !inPlace, Logger: logger, Registerer: reg, Journal: jnl,
-		Budget:     reconcile.Budget{Max: *budget, Window: *window},
-		BudgetUsed: rstate.BudgetUsed, Adoptions: rstate.Adoptions,
-	})
+		Budget: reconcile.Budget{Max: *budget, Window: *window},
+	}, filepath.Join(*stateDir, reconcileStateFile), logger)
 	if err != nil {
 		return 1, err
 	}
-	// savedState is the reconciler state on disk; AfterPass runs under the
-	// agent's lock.
-	a, err := agent.New(agent.Config{
+	acfg := agent.Config{
 		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source,
 		Networks: nets, NewProber: newProber, Journal: jnl, StateDir: *stateDir, SavedGeneration: savedGen,
 		Interval: *interval, Logger: logger, Registerer: reg,
-		AfterPass: func(*agent.Report) {
-			savedState = saveReconcileState(filepath.Join(*stateDir, reconcileStateFile), rec, savedState, logger)
-		},
-	})
+		AfterPass: func(*agent.Report) { saveState() },
+	}
+	if exposer != nil { // not a nil *Exposer in the interface
+		acfg.Exposer = exposer
+	}
+	a, err := agent.New(acfg)
 	if err != nil {
 		return 1, err
 	}
@@ -303,17 +312,54 @@ func loadReconcileState(path string, logger *slog.Logger) (reconcileState, []byt
 	return st, data
 }
 
+// openReconciler returns the agent's reconciler for cfg, its budget and
+// adoptions restored from the state file path, and save, which writes them
+// there after each pass.
+//
+// The budget is also written the moment a pass charges it, before the
+// replacements it charged touch podman (reconcile.Config.BudgetCharged):
+// saved only after the pass, the charges of an agent killed mid-pass were
+// lost, and an agent crash-looping through replacements began one per
+// restart whatever the budget. When that write fails, the pass's
+// replacements wait (and the pass fails, naming the file) rather than go
+// ahead uncounted: see BudgetCharged for why.
+//
+// Both writes run within a pass, under the agent's lock.
+func openReconciler(cfg reconcile.Config, path string, logger *slog.Logger) (rec *reconcile.Reconciler, save func(), err error) {
+	st, onDisk := loadReconcileState(path, logger)
+	cfg.BudgetUsed, cfg.Adoptions = st.BudgetUsed, st.Adoptions
+	cfg.BudgetCharged = func(used []time.Time) error {
+		// rec is set: a pass runs only after New returned.
+		var err error
+		onDisk, err = writeReconcileState(path, reconcileState{Version: 1, BudgetUsed: used, Adoptions: rec.Adoptions()}, onDisk)
+		return err
+	}
+	if rec, err = reconcile.New(cfg); err != nil {
+		return nil, nil, err
+	}
+	return rec, func() { onDisk = saveReconcileState(path, rec, onDisk, logger) }, nil
+}
+
 // saveReconcileState writes the reconciler's state when it differs from
 // what was last written (prev), and returns what is on disk now: a pass that
-// replaced nothing writes nothing.
+// replaced nothing writes nothing. A failed write is logged.
 func saveReconcileState(path string, rec *reconcile.Reconciler, prev []byte, logger *slog.Logger) []byte {
-	data, _ := json.Marshal(reconcileState{Version: 1, BudgetUsed: rec.BudgetUsed(), Adoptions: rec.Adoptions()})
-	if bytes.Equal(data, prev) {
-		return prev
-	}
-	if err := atomicfile.Write(path, data, 0o600); err != nil {
+	data, err := writeReconcileState(path, reconcileState{Version: 1, BudgetUsed: rec.BudgetUsed(), Adoptions: rec.Adoptions()}, prev)
+	if err != nil {
 		logger.Error("saving reconciler state", "path", path, "err", err)
-		return prev
 	}
 	return data
+}
+
+// writeReconcileState writes st when it differs from what was last written
+// (prev), and returns what is on disk now (prev when the write fails).
+func writeReconcileState(path string, st reconcileState, prev []byte) ([]byte, error) {
+	data, _ := json.Marshal(st)
+	if bytes.Equal(data, prev) {
+		return prev, nil
+	}
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
+		return prev, err // names path
+	}
+	return data, nil
 }

@@ -41,7 +41,14 @@ type Networks interface {
 // Prober proves the resolver reachable from networks; *migrations.Runner.
 type Prober interface {
 	Probe(ctx context.Context, nets []migrations.Network, prefer map[string]migrations.Strategy) []migrations.Result
+}
+
+// Exposer makes the resolver reachable from networks, and takes that back
+// from networks that are gone; *migrations.Exposer (the one the agent's
+// Runner shares).
+type Exposer interface {
 	Expose(n migrations.Network, s migrations.Strategy) (spec.DNSConfig, error)
+	Retain(nets []migrations.Network)
 }
 
 // Config is what an Agent runs with. Runtime, Resolver, Gate, Source and
@@ -55,6 +62,10 @@ type Config struct {
 	// Networks and Prober may be nil (the in-memory runtime): the gate then
 	// never opens, and every container keeps its copy.
 	Networks Networks
+	// Exposer, when set with Networks, exposes the resolver on every pass
+	// on the networks with a proven strategy (Gate.Strategies), whether or
+	// not a prober can be made, and takes it back from networks gone.
+	Exposer Exposer
 	// NewProber returns the prober for a roster zone; called once a roster
 	// with a zone is in force. Nil: never probe.
 	NewProber func(zone string) (Prober, error)
@@ -93,8 +104,7 @@ type Agent struct {
 	mu          sync.Mutex
 	prober      Prober
 	proberZone  string
-	proberErr   error // why no prober could be made; logged when it changes
-	exposed     bool
+	proberErr   error  // why no prober could be made; logged when it changes
 	applied     uint64 // declaration generation last recorded in the journal
 	saved       uint64 // declaration generation last saved in StateDir
 	lastPass    time.Time
@@ -103,6 +113,9 @@ type Agent struct {
 	inForce     *spec.Roster // the roster the resolver serves; nil until the first pass
 	olderLogged uint64       // an older declared roster generation already warned about
 	lastReport  *Report
+	// exposeErrs says, by network, why the resolver could not be exposed
+	// on it; logged when it changes.
+	exposeErrs map[string]string
 }
 
 // Report is what one pass did.
@@ -340,6 +353,13 @@ func (a *Agent) gate(ctx context.Context, roster *spec.Roster, rep *Report) erro
 	if _, err := a.cfg.Gate.Observe(nets); err != nil {
 		return fmt.Errorf("observing networks: %w", err)
 	}
+	prefer := a.cfg.Gate.Strategies()
+	// Before, and whatever becomes of, the prober: containers already in
+	// resolve mode need the resolver whether or not more networks can be
+	// probed (issue 7: an agent restarted with a bad probe configuration, or
+	// whose probe image failed to import, left them pointing at addresses
+	// where nothing listened).
+	a.expose(nets, prefer)
 	if err := a.ensureProber(roster); err != nil {
 		if a.proberErr == nil || a.proberErr.Error() != err.Error() {
 			a.log.Warn("cannot probe the networks; every container keeps its copied names until a probe passes", "err", err)
@@ -354,19 +374,6 @@ func (a *Agent) gate(ctx context.Context, roster *spec.Roster, rep *Report) erro
 	byName := map[string]migrations.Network{}
 	for _, n := range nets {
 		byName[n.Name] = n
-	}
-	prefer := a.cfg.Gate.Strategies()
-	if !a.exposed {
-		// Containers already switched must reach the resolver before
-		// anything else happens: expose every proven strategy at once.
-		for name, s := range prefer {
-			if n, ok := byName[name]; ok {
-				if _, err := a.prober.Expose(n, s); err != nil {
-					a.log.Error("exposing the resolver on a proven network", "network", name, "strategy", s, "err", err)
-				}
-			}
-		}
-		a.exposed = true
 	}
 	var need []migrations.Network
 	for _, name := range a.cfg.Gate.NeedsProbe() {
@@ -390,6 +397,36 @@ func (a *Agent) gate(ctx context.Context, roster *spec.Roster, rep *Report) erro
 		return fmt.Errorf("recording probe results: %w", err)
 	}
 	return nil
+}
+
+// expose makes the resolver's exposure follow the runtime's networks nets,
+// as listed this pass: networks gone give back their listeners, allowed
+// subnets and forwards (Exposer.Retain), and every network with a proven
+// strategy (prefer; those whose containers are in resolve mode among them)
+// gets the resolver where its strategy says. Exposing what is exposed
+// already changes nothing, and doing it every pass serves a network
+// recreated under its name, or a node-local address assigned late,
+// without a restart. A failure is logged when it changes; the pass goes
+// on (the network's next probe fails, and the gate acts on that).
+func (a *Agent) expose(nets []migrations.Network, prefer map[string]migrations.Strategy) {
+	if a.cfg.Exposer == nil {
+		return
+	}
+	a.cfg.Exposer.Retain(nets)
+	failed := map[string]string{}
+	for _, n := range nets {
+		s, ok := prefer[n.Name]
+		if !ok {
+			continue
+		}
+		if _, err := a.cfg.Exposer.Expose(n, s); err != nil {
+			failed[n.Name] = err.Error()
+			if a.exposeErrs[n.Name] != err.Error() {
+				a.log.Error("exposing the resolver on a proven network", "network", n.Name, "strategy", s, "err", err)
+			}
+		}
+	}
+	a.exposeErrs = failed
 }
 
 func (a *Agent) ensureProber(roster *spec.Roster) error {

@@ -40,7 +40,7 @@ type fixture struct {
 	state  string
 }
 
-func newFixture(t testing.TB, passed bool) *fixture {
+func newFixture(t testing.TB, passed bool, mods ...func(*Config)) *fixture {
 	t.Helper()
 	state := t.TempDir()
 	srv, err := resolver.New(resolver.Config{StatePath: filepath.Join(state, "roster.json"), Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
@@ -70,7 +70,11 @@ func newFixture(t testing.TB, passed bool) *fixture {
 		t.Fatal(err)
 	}
 	source := declsource.New(nil, "ace", nil)
-	a, err := New(Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, Networks: oneBridge{}, StateDir: state})
+	cfg := Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, Networks: oneBridge{}, StateDir: state}
+	for _, mod := range mods {
+		mod(&cfg)
+	}
+	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
