@@ -6,10 +6,11 @@ import (
 	"os"
 )
 
-// readChunk is how much ReadFile reads between two looks.
-const readChunk = 64 << 10
+// readChunk is how much ReadFile reads between two looks: four pages, at
+// most four faults.
+const readChunk = 16 << 10
 
-// ReadFile is os.ReadFile in 64 KB reads with a Maybe between them. One
+// ReadFile is os.ReadFile in 16 KB reads with a Maybe between them. One
 // read of a 5 MB roster into fresh memory faults in every page inside the
 // kernel, in one piece: 20 ms on a virtual machine, with the CPU held.
 func ReadFile(path string) ([]byte, error) {

@@ -21,7 +21,7 @@ import (
 )
 
 // every is how often a computation looks whether work is waiting.
-const every = 100 * time.Microsecond
+const every = 50 * time.Microsecond
 
 // nap is how long it parks when work is waiting: long enough to still be
 // pending when the scheduler next looks at its timers (else it would be
@@ -30,7 +30,7 @@ const every = 100 * time.Microsecond
 const nap = 10 * time.Microsecond
 
 // checkEvery is how many Maybe calls pass between two looks at the clock.
-const checkEvery = 256
+const checkEvery = 32
 
 // Yielder tracks when its computation last looked. The zero value is ready
 // to use; it is not safe for concurrent use.
@@ -41,7 +41,7 @@ type Yielder struct {
 }
 
 // Maybe parks the goroutine briefly when a watched source has work waiting
-// and it has been 100µs since the last look. Call it once per step of a
+// and it has been 50µs since the last look. Call it once per step of a
 // loop; between looks at the clock it costs an increment.
 func (y *Yielder) Maybe() {
 	y.calls++
@@ -76,7 +76,7 @@ type source struct{ pending func() bool }
 
 // Watch adds a source: pending reports whether work is waiting that long
 // computations should step aside for, e.g. a datagram in a socket's receive
-// queue. It must be cheap (it is called every 100µs during a computation)
+// queue. It must be cheap (it is called every 50µs during a computation)
 // and safe for concurrent use. The returned func removes the source.
 func Watch(pending func() bool) (unwatch func()) {
 	src := &source{pending}

@@ -13,7 +13,7 @@ import (
 )
 
 // TestWatch checks that Maybe consults the watched sources, at most every
-// 100µs, and not after they are removed.
+// 50µs, and not after they are removed.
 func TestWatch(t *testing.T) {
 	var calls atomic.Int64
 	unwatch := Watch(func() bool { calls.Add(1); return false })
@@ -48,7 +48,7 @@ func TestMaybeParksOnlyWhenWaiting(t *testing.T) {
 	defer Watch(waiting.Load)()
 	look := func(y *Yielder) {
 		for range 20 {
-			y.last = time.Time{} // as if 100µs had passed
+			y.last = time.Time{} // as if 50µs had passed
 			y.Now()
 		}
 	}
