@@ -46,6 +46,15 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the directory probeBinary built meshprobe in.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if probeBin != "" {
+		os.RemoveAll(filepath.Dir(probeBin))
+	}
+	os.Exit(code)
+}
+
 // probeBinary builds cmd/meshprobe once per test binary.
 func probeBinary(t *testing.T) string {
 	t.Helper()
