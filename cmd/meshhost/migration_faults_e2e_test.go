@@ -516,6 +516,23 @@ func TestAgentSIGKILLMidMigration(t *testing.T) {
 	mark = start("finishing the switch", 100, true)
 	resolveIDs := converged("copy to resolve", mark, switch1, copyIDs, true)
 
+	// An agent restarted without a probe still serves the resolver where
+	// the gate proved it, from its first pass (issue 7: exposure waited for
+	// a prober, and resolve-mode containers asked an address nobody served).
+	agent.kill()
+	start("restarted without a probe", 100, false)
+	for _, c := range all {
+		waitUntil(t, "alpha.internal resolves in "+c+" under an agent without a probe", func() bool {
+			out, _ := h.Podman("exec", c, "nslookup", "alpha.internal")
+			return strings.Contains(out, "10.1.1.1")
+		})
+	}
+	for n, c := range inspect() {
+		if c.id != resolveIDs[n] || !c.resolve {
+			t.Errorf("restarted without a probe, %s changed: %+v, was %s in resolve mode", n, c, resolveIDs[n])
+		}
+	}
+
 	// 5. The flag goes off (the rollback): killed at the first stop.
 	switch2 := time.Now()
 	mark = len(logs.String())
