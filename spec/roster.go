@@ -67,20 +67,29 @@ func (r *Roster) Validate() error {
 		if len(addrs) == 0 {
 			errs.add(path.String(), "has no addresses; remove the name or give it one")
 		}
-		for j, a := range addrs {
-			switch {
-			case !a.IsValid():
-				errs.add(path.index(j), "is not a valid IP address")
-			case a.Zone() != "":
-				errs.add(path.index(j), "%s has an IPv6 zone, which a hosts entry cannot carry", a)
-			case a.Is4In6():
-				errs.add(path.index(j), "%s is an IPv4-mapped IPv6 address; write %s", a, a.Unmap())
-			case slices.Contains(addrs[:j], a): // lists are short: no map per name
-				errs.add(path.index(j), "%s is listed twice", a)
+		for j := range addrs {
+			if fault := addrFault(addrs, j); fault != "" {
+				errs.add(path.index(j), "%s", fault)
 			}
 		}
 	}
 	return errs.err()
+}
+
+// addrFault says what is wrong with addrs[j], "" when nothing is; both of
+// Validate's passes judge addresses by it.
+func addrFault(addrs []netip.Addr, j int) string {
+	switch a := addrs[j]; {
+	case !a.IsValid():
+		return "is not a valid IP address"
+	case a.Zone() != "":
+		return fmt.Sprintf("%s has an IPv6 zone, which a hosts entry cannot carry", a)
+	case a.Is4In6():
+		return fmt.Sprintf("%s is an IPv4-mapped IPv6 address; write %s", a, a.Unmap())
+	case slices.Contains(addrs[:j], a): // lists are short: no map per name
+		return fmt.Sprintf("%s is listed twice", a)
+	}
+	return ""
 }
 
 // namesValid reports whether Validate would find no fault in r.Names. It
@@ -106,8 +115,8 @@ func (r *Roster) namesValid() bool {
 			}
 			folded[cn] = true
 		}
-		for j, a := range addrs {
-			if !a.IsValid() || a.Zone() != "" || a.Is4In6() || slices.Contains(addrs[:j], a) {
+		for j := range addrs {
+			if addrFault(addrs, j) != "" {
 				return false
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/netip"
 	"slices"
+	"strings"
 	"unsafe"
 
 	"github.com/meshhost/meshhost/internal/yield"
@@ -384,7 +385,7 @@ func (d *fastDecoder) skipValue(depth int) bool {
 		}
 	default:
 		start := d.pos
-		for d.pos < len(d.b) && bytes.IndexByte([]byte(",}] \t\n\r"), d.b[d.pos]) < 0 {
+		for d.pos < len(d.b) && strings.IndexByte(",}] \t\n\r", d.b[d.pos]) < 0 {
 			d.pos++
 		}
 		return d.pos > start
