@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"net"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"codeberg.org/miekg/dns"
+
+	"github.com/meshhost/meshhost/internal/dnstest"
 )
 
 // TestNoPodmanClient keeps this binary free of the podman client: linking
@@ -61,9 +62,7 @@ func TestServes(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		m := dns.NewMsg("gitea.novox.internal.", dns.TypeA)
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		r, err := dns.Exchange(ctx, m, "udp", addr)
-		cancel()
+		r, err := dnstest.Exchange(m, "udp", addr, 500*time.Millisecond)
 		if err == nil && len(r.Answer) == 1 {
 			if a, ok := r.Answer[0].(*dns.A); !ok || a.A.Addr.String() != "10.89.0.7" {
 				t.Fatalf("gitea.novox.internal = %v, want A 10.89.0.7", r.Answer[0])

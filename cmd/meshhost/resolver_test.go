@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"codeberg.org/miekg/dns"
+
+	"github.com/meshhost/meshhost/internal/dnstest"
 )
 
 // syncBuffer is a bytes.Buffer safe for the command's goroutines.
@@ -56,10 +58,12 @@ func freePort(t *testing.T) netip.AddrPort {
 
 // lookup asks server for name's A records; "" when it does not resolve.
 func lookup(server netip.AddrPort, name string) string {
-	m := dns.NewMsg(name, dns.TypeA)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	r, err := dns.Exchange(ctx, m, "udp", server.String())
+	return lookupWithin(server, name, time.Second)
+}
+
+// lookupWithin is lookup with its own timeout.
+func lookupWithin(server netip.AddrPort, name string, timeout time.Duration) string {
+	r, err := dnstest.Exchange(dns.NewMsg(name, dns.TypeA), "udp", server.String(), timeout)
 	if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
 		return ""
 	}

@@ -19,6 +19,7 @@ import (
 	"codeberg.org/miekg/dns"
 
 	"github.com/meshhost/meshhost/internal/declsource"
+	"github.com/meshhost/meshhost/internal/dnstest"
 	"github.com/meshhost/meshhost/internal/fullfs"
 	"github.com/meshhost/meshhost/internal/journal"
 	"github.com/meshhost/meshhost/migrations"
@@ -128,9 +129,7 @@ func (f *fullFixture) offer(t *testing.T, doc []byte) error {
 // lookupA asks the fixture's resolver for name; "" when it does not
 // resolve.
 func (f *fullFixture) lookupA(name string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	r, err := dns.Exchange(ctx, dns.NewMsg(name, dns.TypeA), "udp", f.dns.String())
+	r, err := dnstest.Exchange(dns.NewMsg(name, dns.TypeA), "udp", f.dns.String(), 2*time.Second)
 	if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
 		return ""
 	}
