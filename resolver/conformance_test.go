@@ -42,8 +42,11 @@ func TestConformance(t *testing.T) {
 	var rec recorder
 	up := startStub(t, rec.wrap(upstreamAnswer))
 	s, addr := newTestServer(t, testRoster(7), Config{
-		Upstreams:       []netip.AddrPort{up.addr},
-		UpstreamTimeout: 300 * time.Millisecond,
+		Upstreams: []netip.AddrPort{up.addr},
+		// Long enough for the in-process stub under -race on a loaded
+		// machine; short enough that "silent upstream gives SERVFAIL" (one
+		// upstream, one attempt) answers well within dig's +time=5.
+		UpstreamTimeout: 2 * time.Second,
 	})
 	_ = s
 

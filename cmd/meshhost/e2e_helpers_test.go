@@ -102,14 +102,14 @@ func (a *inProcessAgent) stop(t *testing.T) int {
 }
 
 // pushDeclaration PUTs a declaration document to the agent's push endpoint,
-// a unix socket, retrying while the endpoint comes up.
+// a unix socket, retrying for up to 60s while the endpoint comes up.
 func pushDeclaration(t *testing.T, sock, doc string) {
 	t.Helper()
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
 	var err error
-	for range 100 {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
 		var resp *http.Response
 		req, _ := http.NewRequest(http.MethodPut, "http://agent/v1/declaration", strings.NewReader(doc))
 		if resp, err = client.Do(req); err == nil {

@@ -30,14 +30,20 @@ import (
 	"github.com/meshhost/meshhost/reconcile"
 )
 
-// fltPusher pushes declaration documents to an agent's unix socket.
+// fltPusher pushes declaration documents to an agent's unix socket,
+// retrying for up to 60s while the endpoint comes up.
 func fltPusher(sock string) func(doc string) error {
+	return fltPusherWithin(sock, 60*time.Second)
+}
+
+// fltPusherWithin is fltPusher retrying for up to limit.
+func fltPusherWithin(sock string, limit time.Duration) func(doc string) error {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
 	return func(doc string) error {
 		var err error
-		for range 100 { // the endpoint comes up with the agent
+		for deadline := time.Now().Add(limit); time.Now().Before(deadline); { // the endpoint comes up with the agent
 			var resp *http.Response
 			req, _ := http.NewRequest(http.MethodPut, "http://agent/v1/declaration", strings.NewReader(doc))
 			if resp, err = client.Do(req); err == nil {
@@ -404,7 +410,9 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 	if err := os.Remove(sock); err != nil {
 		t.Fatal(err)
 	}
-	if err := fltPusher(sock)(fltDecl(machine, 3, a)); err == nil {
+	// Retried for 10s, not fltPusher's 60s: with the socket file gone every
+	// try fails, and a longer wait would only slow the test down.
+	if err := fltPusherWithin(sock, 10*time.Second)(fltDecl(machine, 3, a)); err == nil {
 		t.Fatal("a push reached the agent although its socket is gone")
 	}
 	mark := len(logs.String())
@@ -430,14 +438,24 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 			t.Fatalf("pass %d: the agent stopped with its declaration source gone:\n%s", i+1, logs.String())
 		default:
 		}
+		// Each answer may take a few tries on a loaded machine; a pass
+		// that failed shows in the log, checked below.
 		for name, want := range map[string]string{"alpha.internal.": "10.1.1.1", "n2.internal.": "10.2.0.2"} {
-			if got := lookup(dnsAddr, name); got != want {
-				t.Errorf("pass %d: %s resolves to %q, want %s", i+1, name, got, want)
+			eventually(t, fmt.Sprintf("pass %d: %s resolves to %s", i+1, name, want), 10*time.Second, func() bool {
+				got := lookupWithin(dnsAddr, name, 3*time.Second)
+				if got != want {
+					t.Logf("pass %d: %s resolves to %q, want %s; trying again", i+1, name, got, want)
+				}
+				return got == want
+			})
+		}
+		eventually(t, fmt.Sprintf("pass %d: /healthz answers 200", i+1), 10*time.Second, func() bool {
+			code, body := healthz()
+			if code != http.StatusOK {
+				t.Logf("pass %d: /healthz: %d %s; trying again", i+1, code, body)
 			}
-		}
-		if code, body := healthz(); code != http.StatusOK {
-			t.Errorf("pass %d: /healthz: %d %s", i+1, code, body)
-		}
+			return code == http.StatusOK
+		})
 		if got, clean := fltRunningIDs(h); !clean || !maps.Equal(got, ids) {
 			t.Fatalf("pass %d: the machine changed with the source gone: %v -> %v", i+1, ids, got)
 		}
@@ -587,7 +605,7 @@ func TestDisruptivePodmanRestart(t *testing.T) {
 		t.Errorf("the failed pass's error does not name the socket %s: %s", path, failed)
 	}
 	for time.Since(down) < 3*time.Second { // a few passes while podman is down
-		if got := lookup(dnsAddr, "n2.internal."); got != "10.2.0.2" {
+		if got := lookupWithin(dnsAddr, "n2.internal.", 3*time.Second); got != "10.2.0.2" {
 			t.Errorf("with podman down the resolver answers n2.internal with %q, want 10.2.0.2", got)
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -610,7 +628,7 @@ func TestDisruptivePodmanRestart(t *testing.T) {
 	if got, _ := fltRunningIDs(h); got[a] == ids[a] {
 		t.Errorf("%s was not replaced for generation 2", a)
 	}
-	if got := lookup(dnsAddr, "alpha.internal."); got != "10.1.1.1" {
+	if got := lookupWithin(dnsAddr, "alpha.internal.", 3*time.Second); got != "10.1.1.1" {
 		t.Errorf("after the restart the resolver answers alpha.internal with %q", got)
 	}
 }

@@ -19,7 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"codeberg.org/miekg/dns"
+
 	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/dnstest"
 	"github.com/meshhost/meshhost/internal/fullfs"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -134,10 +137,17 @@ func TestAgentFullStateDir(t *testing.T) {
 		t.Fatal("the agent stopped on a full disk")
 	default:
 	}
-	for name, want := range map[string]string{"alpha.internal.": "10.1.1.1", "n1.internal.": "10.2.0.1", "n2.internal.": ""} {
-		if got := lookup(dnsAddr, name); got != want {
+	for name, want := range map[string]string{"alpha.internal.": "10.1.1.1", "n1.internal.": "10.2.0.1"} {
+		if got := lookupWithin(dnsAddr, name, 3*time.Second); got != want {
 			t.Errorf("on a full disk %s resolves to %q, want %q", name, got, want)
 		}
+	}
+	// Generation 2's name is not served: an NXDOMAIN, not a lookup that
+	// timed out.
+	if r, err := dnstest.Exchange(dns.NewMsg("n2.internal.", dns.TypeA), "udp", dnsAddr.String(), 3*time.Second); err != nil {
+		t.Errorf("on a full disk n2.internal. gets no answer: %v; want NXDOMAIN", err)
+	} else if r.Rcode != dns.RcodeNameError {
+		t.Errorf("on a full disk n2.internal. gets %s %v; want NXDOMAIN", dns.RcodeToString[r.Rcode], r.Answer)
 	}
 	fsCheckState(t, state, files, 1)
 

@@ -177,6 +177,21 @@ func TestMigrationEndToEnd(t *testing.T) {
 		out, _ := h.Podman("exec", c, "nslookup", name)
 		return out
 	}
+	// resolves runs nslookup in c until its output contains want, for up to
+	// 20s (a loaded machine may drop a try); it returns the last output.
+	resolves := func(c, name, want string) (string, bool) {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			out := nslookup(c, name)
+			if strings.Contains(out, want) {
+				return out, true
+			}
+			if time.Now().After(deadline) {
+				return out, false
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
 
 	// 1. The DNS-enabled network cannot reach the resolver: the gate stays
 	// closed, everything is created in copy mode, nothing is replaced.
@@ -271,7 +286,7 @@ func TestMigrationEndToEnd(t *testing.T) {
 		if strings.Contains(hosts(c), "alpha.internal") {
 			t.Errorf("%s still has the copied roster in resolve mode", c)
 		}
-		if out := nslookup(c, "alpha.internal"); !strings.Contains(out, "10.1.1.1") {
+		if out, ok := resolves(c, "alpha.internal", "10.1.1.1"); !ok {
 			t.Errorf("alpha.internal does not resolve in %s (network %s) in resolve mode:\n%s", c, netOf[c], out)
 		}
 	}
@@ -294,7 +309,7 @@ func TestMigrationEndToEnd(t *testing.T) {
 		}
 	}
 	cacheIP := h.MustPodman("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", cache)
-	if out := nslookup(api, cache); !strings.Contains(out, cacheIP) {
+	if out, ok := resolves(api, cache, cacheIP); !ok {
 		t.Errorf("on the DNS-enabled network, the peer %s (%s) does not resolve in %s through aardvark-dns:\n%s", cache, cacheIP, api, out)
 	}
 	passes(3)

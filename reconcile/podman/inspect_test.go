@@ -79,7 +79,10 @@ func TestInspectReportsWhatWasCreated(t *testing.T) {
 		Restart:     spec.RestartPolicy{Name: "on-failure", MaxRetries: 3},
 		StopSignal:  "SIGINT",
 		StopTimeout: 42 * time.Second,
-		Healthcheck: &spec.Healthcheck{Test: []string{"sh", "-c", "test -d /data"}, Interval: 5 * time.Second, Timeout: 2 * time.Second, StartPeriod: time.Second, Retries: 2},
+		// Every timing differs from podman's default (30s timeout), so each
+		// round trip shows; the timeout is long for the check to pass on a
+		// loaded machine.
+		Healthcheck: &spec.Healthcheck{Test: []string{"sh", "-c", "test -d /data"}, Interval: 5 * time.Second, Timeout: 25 * time.Second, StartPeriod: time.Second, Retries: 2},
 		Resources:   spec.Resources{MemoryBytes: 64 << 20, MilliCPUs: 500, PidsLimit: 100},
 		CapAdd:      []string{"NET_ADMIN"},
 		CapDrop:     []string{"CHOWN", "MKNOD"},

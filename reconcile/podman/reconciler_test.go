@@ -124,8 +124,10 @@ func TestReconcileDependencyOrder(t *testing.T) {
 	}
 	for _, e := range []struct {
 		dep, dependant string
-		after          time.Duration // db is healthy a second after it starts
-	}{{"db", "app", time.Second}, {"db", "worker", time.Second}, {"app", "web", 0}} {
+		// db is healthy a second after it starts: its `sleep 1` may begin
+		// a little before podman records StartedAt, hence 900 ms.
+		after time.Duration
+	}{{"db", "app", 900 * time.Millisecond}, {"db", "worker", 900 * time.Millisecond}, {"app", "web", 0}} {
 		dep, dependant := started[e.dep], started[e.dependant]
 		if dep.IsZero() || !dependant.After(dep.Add(e.after)) {
 			t.Errorf("%s started at %v, %s at %v: want %s more than %v later",
