@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,13 +42,7 @@ func TestServes(t *testing.T) {
 	if err := os.WriteFile(roster, []byte(`{"generation": 1, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.7"]}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A free loopback port for UDP and TCP.
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := pc.LocalAddr().String()
-	pc.Close()
+	addr := dnstest.FreePort(t).String()
 
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, "--roster", roster, "--listen", addr, "--upstream", "127.0.0.1:9")

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/dnstest"
 	"github.com/meshhost/meshhost/internal/podmantest"
 	"github.com/meshhost/meshhost/reconcile"
 )
@@ -374,7 +375,7 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 	a, b := h.Name("a"), h.Name("b")
 	writeAtomic(t, filepath.Join(dir, "gen-000002.json"), fltDecl(machine, 2, a, b))
 	sock := filepath.Join(state, "push.sock")
-	dnsAddr, httpAddr := freePort(t), freePort(t)
+	dnsAddr, httpAddr := dnstest.FreePort(t), dnstest.FreePort(t)
 	args := []string{"--runtime", "podman", "--podman", h.Socket(), "--machine", machine,
 		"--state", state, "--declaration", dir, "--push", "unix:" + sock, "--http", httpAddr.String(),
 		"--listen", dnsAddr.String(), "--interval", "1s", "--budget", "10", "--probe-binary", "/nonexistent",
@@ -563,7 +564,7 @@ func TestDisruptivePodmanRestart(t *testing.T) {
 	sock := filepath.Join(state, "push.sock")
 	machine := strings.TrimSuffix(h.Prefix(), "-")
 	a, b := h.Name("a"), h.Name("b")
-	dnsAddr := freePort(t)
+	dnsAddr := dnstest.FreePort(t)
 	logs, done, _ := fltInProcess(t, "--runtime", "podman", "--podman", socket, "--machine", machine,
 		"--state", state, "--push", "unix:"+sock, "--http", "off", "--listen", dnsAddr.String(),
 		"--interval", "1s", "--budget", "10", "--probe-binary", "/nonexistent",

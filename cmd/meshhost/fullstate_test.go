@@ -69,7 +69,7 @@ func fsSnapshot(t *testing.T, dir string) map[string]string {
 func TestAgentFullStateDir(t *testing.T) {
 	state := fullfs.Mount(t, 1<<20)
 	sock := filepath.Join(t.TempDir(), "push.sock")
-	dnsAddr, httpAddr := freePort(t), freePort(t)
+	dnsAddr, httpAddr := dnstest.FreePort(t), dnstest.FreePort(t)
 	args := []string{"--runtime", "memory", "--machine", "full", "--state", state, "--push", "unix:" + sock,
 		"--http", httpAddr.String(), "--listen", dnsAddr.String(), "--interval", "200ms", "--upstream", "127.0.0.1:9"}
 	healthz := func() (int, string) {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meshhost/meshhost/internal/dnstest"
 )
 
 // TestResolverRestartUnderLoad kills `meshhost resolver` with SIGKILL while
@@ -28,7 +30,7 @@ func TestResolverRestartUnderLoad(t *testing.T) {
 	}
 	names = append(names, `"alpha.mesh.internal": ["10.1.1.1"]`)
 	writeAtomic(t, rosterFile, fmt.Sprintf(`{"generation": 1, "zones": ["mesh.internal"], "names": {%s}}`, strings.Join(names, ",")))
-	addr := freePort(t)
+	addr := dnstest.FreePort(t)
 	start := func(logs *syncBuffer) *exec.Cmd {
 		cmd := exec.Command(bin, "resolver", "--roster", rosterFile, "--listen", addr.String(), "--state", state, "--upstream", "127.0.0.1:1")
 		cmd.Stdout, cmd.Stderr = logs, logs

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -34,26 +33,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// freePort returns a loopback port free for UDP and TCP right now.
-func freePort(t *testing.T) netip.AddrPort {
-	t.Helper()
-	for range 20 {
-		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := pc.LocalAddr().(*net.UDPAddr).AddrPort()
-		ln, err := net.Listen("tcp4", a.String())
-		pc.Close()
-		if err == nil {
-			ln.Close()
-			return a
-		}
-	}
-	t.Fatal("no free port")
-	return netip.AddrPort{}
 }
 
 // lookup asks server for name's A records; "" when it does not resolve.
@@ -97,7 +76,7 @@ func TestResolverCommand(t *testing.T) {
 	dir := t.TempDir()
 	roster := filepath.Join(dir, "roster.json")
 	writeAtomic(t, roster, `{"generation": 1, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.7"]}}`)
-	addr := freePort(t)
+	addr := dnstest.FreePort(t)
 	stderr := &syncBuffer{}
 	env := &environment{stdout: &syncBuffer{}, stderr: stderr, getenv: func(string) string { return "" }}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -167,7 +146,7 @@ func TestResolverCommandBadRoster(t *testing.T) {
 	writeAtomic(t, roster, `{"generation": 1, "zones": ["internal"], "names": {"-x.internal": ["10.0.0.1"]}}`)
 	stderr := &syncBuffer{}
 	env := &environment{stdout: &syncBuffer{}, stderr: stderr, getenv: func(string) string { return "" }}
-	code := run(context.Background(), env, []string{"resolver", "--roster", roster, "--listen", freePort(t).String(), "--upstream", "127.0.0.1:9"})
+	code := run(context.Background(), env, []string{"resolver", "--roster", roster, "--listen", dnstest.FreePort(t).String(), "--upstream", "127.0.0.1:9"})
 	if code != 1 || !strings.Contains(stderr.String(), `names[\"-x.internal\"]`) && !strings.Contains(stderr.String(), `names["-x.internal"]`) {
 		t.Errorf("meshhost resolver with an invalid roster exited %d, want 1 and the entry named:\n%s", code, stderr)
 	}

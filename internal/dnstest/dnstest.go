@@ -4,6 +4,8 @@ package dnstest
 import (
 	"context"
 	"net"
+	"net/netip"
+	"testing"
 	"time"
 
 	"codeberg.org/miekg/dns"
@@ -23,4 +25,26 @@ func Exchange(m *dns.Msg, network, addr string, timeout time.Duration) (*dns.Msg
 	}}
 	r, _, err := c.Exchange(ctx, m, network, addr)
 	return r, err
+}
+
+// FreePort returns a loopback address whose port is free for both UDP and
+// TCP, as a resolver listening on it binds both. It is free when checked:
+// the caller binds it later, so a rare clash is still possible.
+func FreePort(t testing.TB) netip.AddrPort {
+	t.Helper()
+	for range 20 {
+		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+		ln, err := net.Listen("tcp4", a.String())
+		pc.Close()
+		if err == nil {
+			ln.Close()
+			return a
+		}
+	}
+	t.Fatal("no loopback port free for both UDP and TCP in 20 tries")
+	return netip.AddrPort{}
 }
