@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -105,24 +104,9 @@ func (a *inProcessAgent) stop(t *testing.T) int {
 // a unix socket, retrying for up to 60s while the endpoint comes up.
 func pushDeclaration(t *testing.T, sock, doc string) {
 	t.Helper()
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	var err error
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
-		var resp *http.Response
-		req, _ := http.NewRequest(http.MethodPut, "http://agent/v1/declaration", strings.NewReader(doc))
-		if resp, err = client.Do(req); err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("pushing a declaration: %s: %s", resp.Status, body)
-			}
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := fltPusher(sock)(doc); err != nil {
+		t.Fatalf("pushing a declaration: %v", err)
 	}
-	t.Fatalf("pushing a declaration: %v", err)
 }
 
 // eventually polls ok every 250ms until it holds, failing the test after
