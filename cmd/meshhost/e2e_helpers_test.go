@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/internal/syncbuf"
 	"github.com/meshhost/meshhost/migrations"
 )
 
@@ -58,7 +59,7 @@ func buildMeshprobe(t *testing.T, h *podmantest.Harness) string {
 // run, until stop.
 type inProcessAgent struct {
 	name   string
-	logs   *syncBuffer
+	logs   *syncbuf.Buffer
 	cancel context.CancelFunc
 	done   chan int
 	once   sync.Once
@@ -70,7 +71,7 @@ type inProcessAgent struct {
 func startAgent(t *testing.T, name string, args ...string) *inProcessAgent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &inProcessAgent{name: name, logs: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	a := &inProcessAgent{name: name, logs: &syncbuf.Buffer{}, cancel: cancel, done: make(chan int, 1)}
 	go func() {
 		env := &environment{stdout: a.logs, stderr: a.logs, getenv: func(string) string { return "" }}
 		a.done <- run(ctx, env, append([]string{"agent"}, args...))
@@ -168,11 +169,11 @@ func fltBuild(t *testing.T) string {
 // fltProc is a meshhost agent running as a subprocess.
 type fltProc struct {
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 	done chan struct{}
 }
 
-func fltStart(t *testing.T, bin string, logs *syncBuffer, args ...string) *fltProc {
+func fltStart(t *testing.T, bin string, logs *syncbuf.Buffer, args ...string) *fltProc {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"agent"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logs, logs

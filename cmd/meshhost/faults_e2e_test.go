@@ -28,6 +28,7 @@ import (
 
 	"github.com/meshhost/meshhost/internal/dnstest"
 	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/internal/syncbuf"
 	"github.com/meshhost/meshhost/reconcile"
 )
 
@@ -92,7 +93,7 @@ func TestAgentSIGKILLMidReplacement(t *testing.T) {
 	state := t.TempDir()
 	sock := filepath.Join(state, "push.sock")
 	machine := strings.TrimSuffix(h.Prefix(), "-")
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	defer func() {
 		if t.Failed() {
 			t.Logf("agent logs (all runs):\n%s", logs.String())
@@ -291,10 +292,10 @@ func TestAgentSIGKILLMidReplacement(t *testing.T) {
 // fltInProcess runs `meshhost agent` in this process (like
 // TestAgentEndToEnd) until the test ends or stop is called, and returns its
 // logs, a channel closed when it returns, and stop (which waits for that).
-func fltInProcess(t *testing.T, args ...string) (logs *syncBuffer, done <-chan struct{}, stop func()) {
+func fltInProcess(t *testing.T, args ...string) (logs *syncbuf.Buffer, done <-chan struct{}, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logs = &syncBuffer{}
+	logs = &syncbuf.Buffer{}
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)

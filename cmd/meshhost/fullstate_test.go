@@ -24,6 +24,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/dnstest"
 	"github.com/meshhost/meshhost/internal/fullfs"
+	"github.com/meshhost/meshhost/internal/syncbuf"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 )
@@ -219,7 +220,7 @@ func TestReconcileStateOnFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	prev := saveReconcileState(path, rec, nil, logger)
 	if prev == nil {

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/internal/syncbuf"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 )
@@ -135,7 +136,7 @@ func TestAgentSIGKILLMidMigration(t *testing.T) {
 	state := t.TempDir()
 	sock := filepath.Join(state, "push.sock")
 	machine := strings.TrimSuffix(h.Prefix(), "-")
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	defer func() {
 		if t.Failed() {
 			t.Logf("agent logs (all runs):\n%s", logs.String())

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/dnstest"
+	"github.com/meshhost/meshhost/internal/syncbuf"
 )
 
 // TestResolverRestartUnderLoad kills `meshhost resolver` with SIGKILL while
@@ -31,7 +32,7 @@ func TestResolverRestartUnderLoad(t *testing.T) {
 	names = append(names, `"alpha.mesh.internal": ["10.1.1.1"]`)
 	writeAtomic(t, rosterFile, fmt.Sprintf(`{"generation": 1, "zones": ["mesh.internal"], "names": {%s}}`, strings.Join(names, ",")))
 	addr := dnstest.FreePort(t)
-	start := func(logs *syncBuffer) *exec.Cmd {
+	start := func(logs *syncbuf.Buffer) *exec.Cmd {
 		cmd := exec.Command(bin, "resolver", "--roster", rosterFile, "--listen", addr.String(), "--state", state, "--upstream", "127.0.0.1:1")
 		cmd.Stdout, cmd.Stderr = logs, logs
 		if err := cmd.Start(); err != nil {
@@ -40,7 +41,7 @@ func TestResolverRestartUnderLoad(t *testing.T) {
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		return cmd
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	first := start(logs)
 	waitUntil(t, "the resolver answers", func() bool { return lookup(addr, "alpha.mesh.internal.") == "10.1.1.1" })
 
@@ -87,7 +88,7 @@ func TestResolverRestartUnderLoad(t *testing.T) {
 	if err := os.Remove(rosterFile); err != nil {
 		t.Fatal(err)
 	}
-	logs2 := &syncBuffer{}
+	logs2 := &syncbuf.Buffer{}
 	start(logs2)
 	deadline := time.Now().Add(30 * time.Second)
 	for lastOK.Load() <= killed.UnixNano() {

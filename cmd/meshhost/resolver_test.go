@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,25 +13,8 @@ import (
 	"codeberg.org/miekg/dns"
 
 	"github.com/meshhost/meshhost/internal/dnstest"
+	"github.com/meshhost/meshhost/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the command's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // lookup asks server for name's A records; "" when it does not resolve.
 func lookup(server netip.AddrPort, name string) string {
@@ -77,8 +58,8 @@ func TestResolverCommand(t *testing.T) {
 	roster := filepath.Join(dir, "roster.json")
 	writeAtomic(t, roster, `{"generation": 1, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.7"]}}`)
 	addr := dnstest.FreePort(t)
-	stderr := &syncBuffer{}
-	env := &environment{stdout: &syncBuffer{}, stderr: stderr, getenv: func(string) string { return "" }}
+	stderr := &syncbuf.Buffer{}
+	env := &environment{stdout: &syncbuf.Buffer{}, stderr: stderr, getenv: func(string) string { return "" }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {
@@ -133,8 +114,8 @@ func TestResolverCommandUsage(t *testing.T) {
 		{"resolver", "--roster", "x.json", "--listen", "nonsense"},
 		{"resolver", "--roster", "x.json", "--listen", "127.0.0.1:5353", "--allow", "10.0.0.0/99"},
 	} {
-		stderr := &syncBuffer{}
-		env := &environment{stdout: &syncBuffer{}, stderr: stderr, getenv: func(string) string { return "" }}
+		stderr := &syncbuf.Buffer{}
+		env := &environment{stdout: &syncbuf.Buffer{}, stderr: stderr, getenv: func(string) string { return "" }}
 		if code := run(context.Background(), env, args); code != 2 {
 			t.Errorf("meshhost %v exited %d, want 2\n%s", args, code, stderr)
 		}
@@ -144,8 +125,8 @@ func TestResolverCommandUsage(t *testing.T) {
 func TestResolverCommandBadRoster(t *testing.T) {
 	roster := filepath.Join(t.TempDir(), "roster.json")
 	writeAtomic(t, roster, `{"generation": 1, "zones": ["internal"], "names": {"-x.internal": ["10.0.0.1"]}}`)
-	stderr := &syncBuffer{}
-	env := &environment{stdout: &syncBuffer{}, stderr: stderr, getenv: func(string) string { return "" }}
+	stderr := &syncbuf.Buffer{}
+	env := &environment{stdout: &syncbuf.Buffer{}, stderr: stderr, getenv: func(string) string { return "" }}
 	code := run(context.Background(), env, []string{"resolver", "--roster", roster, "--listen", dnstest.FreePort(t).String(), "--upstream", "127.0.0.1:9"})
 	if code != 1 || !strings.Contains(stderr.String(), `names[\"-x.internal\"]`) && !strings.Contains(stderr.String(), `names["-x.internal"]`) {
 		t.Errorf("meshhost resolver with an invalid roster exited %d, want 1 and the entry named:\n%s", code, stderr)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +20,7 @@ import (
 	"github.com/meshhost/meshhost/internal/dnstest"
 	"github.com/meshhost/meshhost/internal/fullfs"
 	"github.com/meshhost/meshhost/internal/journal"
+	"github.com/meshhost/meshhost/internal/syncbuf"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -34,24 +33,6 @@ import (
 // mounts; root only, skipped otherwise, failed under CI=true) and drive the
 // agent in-process on the in-memory runtime.
 
-// lockedBuffer is a log sink safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // stateDirs says where each state writer writes: the agent's saved
 // declaration, the resolver's saved roster, the migration gate's state and
 // the journal. The agent command keeps them all in one directory; the
@@ -62,7 +43,7 @@ type fullFixture struct {
 	*fixture
 	dirs stateDirs
 	dns  netip.AddrPort
-	logs *lockedBuffer
+	logs *syncbuf.Buffer
 }
 
 // newFullFixture is newFixture (a passed probe on record, so flag on is
@@ -70,7 +51,7 @@ type fullFixture struct {
 // the resolver listening on loopback.
 func newFullFixture(t *testing.T, dirs stateDirs) *fullFixture {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	srv, err := resolver.New(resolver.Config{
 		StatePath: filepath.Join(dirs.roster, "roster.json"), Logger: logger,
