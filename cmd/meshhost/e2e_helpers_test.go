@@ -11,8 +11,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -108,6 +110,18 @@ func pushDeclaration(t *testing.T, sock, doc string) {
 	if err := fltPusher(sock)(doc); err != nil {
 		t.Fatalf("pushing a declaration: %v", err)
 	}
+}
+
+// healthzOf GETs the agent's /healthz at addr: the status code (0 when
+// nothing answered) and the trimmed body (or the error).
+func healthzOf(addr netip.AddrPort) (int, string) {
+	resp, err := http.Get("http://" + addr.String() + "/healthz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(body))
 }
 
 // eventually polls ok every 250ms until it holds, failing the test after

@@ -389,16 +389,7 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 		ids, clean = fltRunningIDs(h)
 		return clean && ids[a] != "" && ids[b] != "" && strings.Contains(logs.String(), `msg="declaration applied"`)
 	})
-	healthz := func() (int, string) {
-		resp, err := http.Get("http://" + httpAddr.String() + "/healthz")
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, strings.TrimSpace(string(body))
-	}
-	eventually(t, "/healthz answers 200", 10*time.Second, func() bool { code, _ := healthz(); return code == http.StatusOK })
+	eventually(t, "/healthz answers 200", 10*time.Second, func() bool { code, _ := healthzOf(httpAddr); return code == http.StatusOK })
 
 	// The source goes away: the file, then the directory, and the push
 	// endpoint's socket.
@@ -430,7 +421,7 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 			logs, done, _ = fltInProcess(t, args...)
 			mark = 0
 			eventually(t, "the restarted agent serves again", 20*time.Second, func() bool {
-				code, _ := healthz()
+				code, _ := healthzOf(httpAddr)
 				return code == http.StatusOK && strings.Contains(logs.String(), `msg="declaration applied"`)
 			})
 		}
@@ -452,7 +443,7 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 			})
 		}
 		eventually(t, fmt.Sprintf("pass %d: /healthz answers 200", i+1), 10*time.Second, func() bool {
-			code, body := healthz()
+			code, body := healthzOf(httpAddr)
 			if code != http.StatusOK {
 				t.Logf("pass %d: /healthz: %d %s; trying again", i+1, code, body)
 			}

@@ -7,8 +7,6 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -40,24 +38,6 @@ func fsDecl(gen, n int) string {
 		gen, fltRoster(gen), strings.Join(cs, ", "))
 }
 
-// fsSnapshot returns every regular file under dir (the filler left out).
-func fsSnapshot(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() || d.Name() == fullfs.FillerName {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		out[path] = string(data)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // TestAgentFullStateDir runs the agent on a state directory that fills up.
 // With nothing new to save its passes go on succeeding. A new declaration
 // fails every pass with an error naming the declaration file and "no space
@@ -73,25 +53,16 @@ func TestAgentFullStateDir(t *testing.T) {
 	dnsAddr, httpAddr := dnstest.FreePort(t), dnstest.FreePort(t)
 	args := []string{"--runtime", "memory", "--machine", "full", "--state", state, "--push", "unix:" + sock,
 		"--http", httpAddr.String(), "--listen", dnsAddr.String(), "--interval", "200ms", "--upstream", "127.0.0.1:9"}
-	healthz := func() (int, string) {
-		resp, err := http.Get("http://" + httpAddr.String() + "/healthz")
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, strings.TrimSpace(string(body))
-	}
 	logs, done, stop := fltInProcess(t, args...)
 	push := fltPusher(sock)
 	if err := push(fsDecl(1, 2)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "generation 1 is applied and the agent is healthy", 20*time.Second, func() bool {
-		code, _ := healthz()
+		code, _ := healthzOf(httpAddr)
 		return code == http.StatusOK && strings.Contains(logs.String(), `msg="declaration applied"`) && lookup(dnsAddr, "n1.internal.") == "10.2.0.1"
 	})
-	files := fsSnapshot(t, state)
+	files := fullfs.Snapshot(t, state)
 	for _, f := range []string{agent.DeclarationFile, rosterStateFile} {
 		if _, ok := files[filepath.Join(state, f)]; !ok {
 			t.Fatalf("no %s in the state directory: %v", f, slices.Collect(maps.Keys(files)))
@@ -106,7 +77,7 @@ func TestAgentFullStateDir(t *testing.T) {
 	if after := logs.String()[mark:]; strings.Contains(after, "pass failed") {
 		t.Errorf("on a full disk a pass with nothing new failed:\n%s", after)
 	}
-	if code, body := healthz(); code != http.StatusOK {
+	if code, body := healthzOf(httpAddr); code != http.StatusOK {
 		t.Errorf("on a full disk with nothing new: /healthz %d %s", code, body)
 	}
 
@@ -129,7 +100,7 @@ func TestAgentFullStateDir(t *testing.T) {
 			break
 		}
 	}
-	code, body := healthz()
+	code, body := healthzOf(httpAddr)
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, declPath) || !strings.Contains(body, "no space left on device") {
 		t.Errorf("/healthz on a full disk: %d %q; want 503 naming %s and the full disk", code, body, declPath)
 	}
@@ -156,7 +127,7 @@ func TestAgentFullStateDir(t *testing.T) {
 	stop()
 	logs, done, stop = fltInProcess(t, args...)
 	eventually(t, "the restarted agent serves the saved roster and is healthy", 20*time.Second, func() bool {
-		code, _ := healthz()
+		code, _ := healthzOf(httpAddr)
 		return code == http.StatusOK && strings.Contains(logs.String(), `msg="declaration applied"`) && lookup(dnsAddr, "n1.internal.") == "10.2.0.1"
 	})
 	time.Sleep(time.Second) // a few passes
@@ -175,7 +146,7 @@ func TestAgentFullStateDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "generation 2 is applied once space is back", 20*time.Second, func() bool {
-		code, _ := healthz()
+		code, _ := healthzOf(httpAddr)
 		d, _ := agent.LoadDeclaration(state)
 		return code == http.StatusOK && d != nil && d.Generation == 2 && lookup(dnsAddr, "n2.internal.") == "10.2.0.2"
 	})
@@ -190,7 +161,7 @@ func TestAgentFullStateDir(t *testing.T) {
 // parse as generation gen, and have no temporary file next to them.
 func fsCheckState(t *testing.T, state string, files map[string]string, gen uint64) {
 	t.Helper()
-	now := fsSnapshot(t, state)
+	now := fullfs.Snapshot(t, state)
 	for p, data := range files {
 		if now[p] != data {
 			t.Errorf("%s changed on a full disk", p)

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -117,26 +116,6 @@ func (f *fullFixture) lookupA(name string) string {
 	return r.Answer[0].(*dns.A).A.Addr.String()
 }
 
-// snapshot returns every file under dirs (the filler left out).
-func snapshot(t *testing.T, dirs ...string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for _, dir := range dirs {
-		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || d.Name() == fullfs.FillerName || d.Type()&fs.ModeType != 0 {
-				return err
-			}
-			data, err := os.ReadFile(path)
-			out[path] = string(data)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
-}
-
 // checkENOSPC checks that err is a full disk's, naming path.
 func checkENOSPC(t *testing.T, what string, err error, path string, want ...string) {
 	t.Helper()
@@ -204,7 +183,7 @@ func TestFullStateDir(t *testing.T) {
 	if err := f.offer(t, declaration(1, spec.FlagOn, 3, 20)); err != nil {
 		t.Fatal(err)
 	}
-	before, files := ids(f.rt), snapshot(t, dir)
+	before, files := ids(f.rt), fullfs.Snapshot(t, dir)
 	if f.lookupA("svc3.node3.internal.") != "10.64.0.3" {
 		t.Fatal("the resolver does not answer roster 1")
 	}
@@ -238,7 +217,7 @@ func TestFullStateDir(t *testing.T) {
 	if got := f.lookupA("svc20.node20.internal."); got != "" {
 		t.Errorf("the unsaved declaration's new name resolves to %q", got)
 	}
-	if now := snapshot(t, dir); !maps.Equal(now, files) {
+	if now := fullfs.Snapshot(t, dir); !maps.Equal(now, files) {
 		for p := range maps.Keys(now) {
 			if now[p] != files[p] {
 				t.Errorf("%s changed on a full disk", p)
@@ -287,14 +266,14 @@ func TestFullDiskPerStateWriter(t *testing.T) {
 		if err := f.offer(t, declaration(1, spec.FlagOn, 2, 20)); err != nil {
 			t.Fatal(err)
 		}
-		saved := snapshot(t, d.roster)
+		saved := fullfs.Snapshot(t, d.roster)
 		fullfs.Fill(t, d.roster, 0)
 		err := f.offer(t, declaration(2, spec.FlagOn, 2, 21))
 		checkENOSPC(t, "a pass with a new roster", err, filepath.Join(d.roster, "roster.json"), "served but not saved")
 		if got := f.lookupA("svc20.node20.internal."); got != "10.64.0.20" {
 			t.Errorf("the roster served but not saved: svc20.node20.internal resolves to %q, want 10.64.0.20", got)
 		}
-		if now := snapshot(t, d.roster); !maps.Equal(now, saved) {
+		if now := fullfs.Snapshot(t, d.roster); !maps.Equal(now, saved) {
 			t.Error("the saved roster changed on a full disk")
 		}
 		if tmps := fullfs.TempFiles(t, d.roster); len(tmps) != 0 {
@@ -325,14 +304,14 @@ func TestFullDiskPerStateWriter(t *testing.T) {
 		if err := f.offer(t, declaration(1, spec.FlagOn, 3, 20)); err != nil {
 			t.Fatal(err)
 		}
-		before, saved := ids(f.rt), snapshot(t, d.gate)
+		before, saved := ids(f.rt), fullfs.Snapshot(t, d.gate)
 		fullfs.Fill(t, d.gate, 0)
 		err := f.offer(t, declaration(2, spec.FlagOff, 3, 20)) // the rollback: every container back to copy
 		checkENOSPC(t, "a pass turning the flag off", err, filepath.Join(d.gate, migrations.StateFile), "setting the migration flag")
 		if after := ids(f.rt); !maps.Equal(after, before) {
 			t.Errorf("the machine changed while the flag could not be saved: %v -> %v", before, after)
 		}
-		if now := snapshot(t, d.gate); !maps.Equal(now, saved) {
+		if now := fullfs.Snapshot(t, d.gate); !maps.Equal(now, saved) {
 			t.Error("the migration state changed on a full disk")
 		}
 		if st, err := migrations.LoadState(d.gate); err != nil || st.Flag != spec.FlagOn {
@@ -363,7 +342,7 @@ func TestFullDiskPerStateWriter(t *testing.T) {
 		if err := f.offer(t, declaration(1, spec.FlagOn, 2, 20)); err != nil {
 			t.Fatal(err)
 		}
-		saved := snapshot(t, d.journal)
+		saved := fullfs.Snapshot(t, d.journal)
 		fullfs.Fill(t, d.journal, 0)
 		if err := f.offer(t, declaration(2, spec.FlagOn, 3, 20)); err != nil { // creates app2: a pass entry
 			t.Fatalf("a pass with a full journal: %v", err)
@@ -383,7 +362,7 @@ func TestFullDiskPerStateWriter(t *testing.T) {
 				t.Errorf("log line %q: want %q naming the entry under %s and \"no space left on device\"", line, want, d.journal)
 			}
 		}
-		if now := snapshot(t, d.journal); !maps.Equal(now, saved) {
+		if now := fullfs.Snapshot(t, d.journal); !maps.Equal(now, saved) {
 			t.Error("the journal's entries changed on a full disk")
 		}
 		j, err := journal.Open(d.journal, journal.Options{})

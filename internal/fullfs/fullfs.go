@@ -10,6 +10,7 @@ package fullfs
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -125,6 +126,27 @@ func TempFiles(t testing.TB, dir string) []string {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// Snapshot returns the content of every regular file under dirs, by path,
+// the filler left out: what a test compares before and after writes fail.
+func Snapshot(t testing.TB, dirs ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, dir := range dirs {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() || d.Name() == FillerName {
+				return err
+			}
+			data, err := os.ReadFile(path)
+			out[path] = string(data)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	return out
 }
