@@ -316,8 +316,11 @@ var signals = map[string]bool{
 }
 
 func validateContainer(errs *fieldErrors, p string, c Container) {
-	if !containerNameRE.MatchString(c.Name) {
+	switch {
+	case !containerNameRE.MatchString(c.Name):
 		errs.add(p+".name", "%q is not a container name (letters, digits, and _ . - after the first)", c.Name)
+	case strings.HasSuffix(c.Name, AsideSuffix):
+		errs.add(p+".name", "%q ends with %q, which meshhost reserves for the old container during a replacement", c.Name, AsideSuffix)
 	}
 	if c.Image == "" || strings.ContainsAny(c.Image, " \t\r\n") {
 		errs.add(p+".image", "%q is not an image reference", c.Image)

@@ -3,6 +3,7 @@ package spec_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"strings"
@@ -102,6 +103,13 @@ func TestParseDeclarationFaults(t *testing.T) {
 			`schema: schema 2 is newer than this meshhost reads (1); upgrade meshhost`},
 		{"bad flag", `{"schema": 1, "machine": "ace", "generation": 1, "mesh_names": "maybe", "roster": {"generation": 1, "names": {}}, "containers": []}`,
 			`mesh_names: "maybe" is not a flag`},
+		{"reserved aside name", minimal(`"name": "web.meshhost-old", "image": "b"`),
+			`containers[0].name: "web.meshhost-old" ends with ".meshhost-old", which meshhost reserves for the old container during a replacement`},
+		{"reserved aside name, another declared", `{"schema": 1, "machine": "ace", "generation": 1, "roster": {"generation": 1, "names": {}},
+		  "containers": [{"name": "web", "image": "b"}, {"name": "web.meshhost-old", "image": "c"}]}`,
+			`containers[1].name: "web.meshhost-old" ends with ".meshhost-old"`},
+		{"roster name with too many addresses", `{"schema": 1, "machine": "ace", "generation": 1, "roster": {"generation": 1, "names": {"a.internal": [` + manyAddrs(spec.MaxAddrsPerName+1) + `]}}, "containers": []}`,
+			`roster.names["a.internal"]: has 4001 addresses; at most 4000 fit a DNS answer`},
 		{"trailing data", minimal("") + `{}`, `unexpected data after the top-level value`},
 		{"not json", `{"schema": 1,`, `not valid JSON`},
 	}
@@ -123,6 +131,15 @@ func TestParseDeclarationFaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// manyAddrs returns n distinct IPv4 addresses as JSON strings, comma-separated.
+func manyAddrs(n int) string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = fmt.Sprintf(`"10.%d.%d.%d"`, i>>16&0xFF, i>>8&0xFF, i&0xFF)
+	}
+	return strings.Join(s, ",")
 }
 
 func TestParseDeclarationReportsEveryFault(t *testing.T) {

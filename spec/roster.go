@@ -26,11 +26,25 @@ type Roster struct {
 	Names map[string][]netip.Addr
 }
 
+// Limits of a roster the resolver serves, which Validate enforces: a roster
+// beyond them is refused where it is declared, with the path, rather than
+// by every machine's resolver at every pass.
+const (
+	// MaxAddrsPerName bounds one name's addresses: more would not fit a DNS
+	// answer anyway.
+	MaxAddrsPerName = 4000
+	// MaxZones bounds the zones of a roster.
+	MaxZones = 1<<16 - 2
+)
+
 // Validate reports every fault of r, each a *FieldError naming the entry.
 func (r *Roster) Validate() error {
 	var errs fieldErrors
 	if r.Generation == 0 {
 		errs.add("generation", "must be greater than 0")
+	}
+	if len(r.Zones) > MaxZones {
+		errs.add("zones", "%d zones; at most %d are supported", len(r.Zones), MaxZones)
 	}
 	seenZones := map[string]bool{}
 	for i, z := range r.Zones {
@@ -64,8 +78,11 @@ func (r *Roster) Validate() error {
 		}
 		canonical[cn] = name
 		addrs := r.Names[name]
-		if len(addrs) == 0 {
+		switch {
+		case len(addrs) == 0:
 			errs.add(path.String(), "has no addresses; remove the name or give it one")
+		case len(addrs) > MaxAddrsPerName:
+			errs.add(path.String(), "has %d addresses; at most %d fit a DNS answer", len(addrs), MaxAddrsPerName)
 		}
 		for j := range addrs {
 			if fault := addrFault(addrs, j); fault != "" {
@@ -103,7 +120,7 @@ func (r *Roster) namesValid() bool {
 	for name, addrs := range r.Names {
 		y.Maybe()
 		cn := CanonicalName(name)
-		if CheckName(cn) != nil || len(addrs) == 0 {
+		if CheckName(cn) != nil || len(addrs) == 0 || len(addrs) > MaxAddrsPerName {
 			return false
 		}
 		if cn != name {

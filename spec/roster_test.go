@@ -2,6 +2,7 @@ package spec_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -62,6 +63,8 @@ func TestParseRosterFaults(t *testing.T) {
 		{`{"generation": 1, "names": {"a.internal": "10.0.0.1"}}`, `names["a.internal"]: is a string, want an array of strings`},
 		{`{"generation": 1, "names": {}, "zones": ["internal", "INTERNAL"]}`, `zones[1]: zone "INTERNAL" is listed twice`},
 		{`{"generation": 1, "names": {}, "extra": true}`, `extra: unknown field`},
+		{`{"generation": 1, "names": {"a.internal": [` + manyAddrs(spec.MaxAddrsPerName+1) + `]}}`, `names["a.internal"]: has 4001 addresses; at most 4000 fit a DNS answer`},
+		{`{"generation": 1, "names": {}, "zones": [` + manyZones(spec.MaxZones+1) + `]}`, `zones: 65535 zones; at most 65534 are supported`},
 	}
 	for _, tt := range tests {
 		r, err := spec.ParseRoster([]byte(tt.doc))
@@ -73,6 +76,15 @@ func TestParseRosterFaults(t *testing.T) {
 			t.Errorf("ParseRoster(%s) error =\n%v\nwant it to contain %q", tt.doc, err, tt.want)
 		}
 	}
+}
+
+// manyZones returns n distinct zones as JSON strings, comma-separated.
+func manyZones(n int) string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = fmt.Sprintf(`"z%d"`, i)
+	}
+	return strings.Join(s, ",")
 }
 
 func TestCheckNameLength(t *testing.T) {

@@ -170,12 +170,15 @@ func (d *fastDecoder) zones() ([]string, bool) {
 			return nil, false
 		}
 		z := CanonicalName(string(zb))
-		if CheckName(z) != nil || slices.Contains(zones, z) {
+		if CheckName(z) != nil || len(zones) == MaxZones {
 			return nil, false
 		}
 		zones = append(zones, z)
 	}
 	slices.Sort(zones) // nil when empty, as Normalize leaves it
+	if len(slices.Compact(slices.Clone(zones))) != len(zones) {
+		return nil, false // listed twice
+	}
 	return zones, true
 }
 
@@ -288,7 +291,7 @@ func (d *fastDecoder) addrList() ([]netip.Addr, bool) {
 		d.addrs = append(d.addrs, a)
 	}
 	list := d.addrs[start:len(d.addrs):len(d.addrs)]
-	if len(list) == 0 {
+	if len(list) == 0 || len(list) > MaxAddrsPerName {
 		return nil, false
 	}
 	if !slices.IsSortedFunc(list, netip.Addr.Compare) {
