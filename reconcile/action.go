@@ -61,6 +61,10 @@ type Action struct {
 	// AsideID is the old container an interrupted replacement left under
 	// Name+AsideSuffix (Resume, Rollback, Conflict).
 	AsideID string
+	// AsideStopTimeout is AsideID's own stop timeout, read from its record
+	// label; zero when unknown. Resume stops the old container (it may have
+	// been started since) before the new one starts.
+	AsideStopTimeout time.Duration
 	// Desired is the declared container; nil for Remove.
 	Desired *spec.Rendered
 	// Reason says why, for the log, the journal and the operator.

@@ -215,7 +215,7 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 		o.NewID = id
 		return err
 	case Resume:
-		id, err := r.complete(ctx, "finishing the replacement of", o.Action, o.AsideID, o.ID)
+		id, err := r.complete(ctx, "finishing the replacement of", o.Action, o.AsideID, o.AsideStopTimeout, o.ID)
 		o.NewID = id
 		return err
 	case Rollback:

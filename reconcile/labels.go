@@ -27,8 +27,11 @@ const (
 // AsideSuffix is appended to a container's name while it is replaced: the
 // old container waits under NAME+AsideSuffix, stopped, until its replacement
 // runs (and is healthy). The name is fixed so that a pass after a crash finds
-// it and finishes or rolls back the replacement.
-const AsideSuffix = ".meshhost-old"
+// it and finishes or rolls back the replacement. Only a container this
+// Reconciler manages is ever taken for one: anyone else's container under
+// that name is left alone (and blocks replacing NAME, see Conflict).
+// Declarations may not use it: spec.ParseDeclaration refuses such names.
+const AsideSuffix = spec.AsideSuffix
 
 // labelled returns r with meshhost's labels added, as Create receives it.
 func labelled(r spec.Rendered, owner string) spec.Rendered {
