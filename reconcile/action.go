@@ -75,6 +75,10 @@ type Action struct {
 	// dependencies, or for Remove the containers removed before it (its
 	// dependants).
 	DependsOn []string
+	// adoptAs, for Adopt on a runtime without durable in-place updates
+	// (Config.NoInPlaceUpdates), are the resources the container runs
+	// with: recorded as its adoption's instead of updating them.
+	adoptAs *spec.Resources
 }
 
 // String reads like a line of a plan: `replace "gitea": image: a:1 -> a:2`.

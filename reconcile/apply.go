@@ -234,12 +234,16 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 		}
 		return r.start(ctx, "updating", o.Name, o.ID, d, healthy)
 	case Adopt:
-		if len(o.Changes) > 0 {
+		rec := *d // what the container runs with, once adopted
+		switch {
+		case o.adoptAs != nil:
+			rec.Resources = *o.adoptAs
+		case len(o.Changes) > 0:
 			if err := r.rt.Update(ctx, o.ID, d.Resources); err != nil {
 				return fmt.Errorf("adopting %q: updating in place: %w", o.Name, err)
 			}
 		}
-		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: digest.Of(*d), Record: digest.Record(*d)})
+		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: digest.Of(rec), Record: digest.Record(rec)})
 		if o.Running {
 			return nil
 		}
