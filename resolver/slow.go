@@ -73,6 +73,22 @@ func (s *Server) slow(t *table, req []byte, client netip.Addr, udp bool) ([]byte
 			s.answerName(t, resp, e, qname, qtype)
 			return pack(resp, limit), nil
 		}
+		// A reverse name of a roster address, inside a zone of the
+		// roster's or not (a zone may be a reverse zone, 10.in-addr.arpa).
+		if qtype == dns.TypePTR {
+			if a := dnsutil.AddrReverse(name + "."); a.IsValid() {
+				if names := t.reverse(a); len(names) > 0 {
+					resp.Authoritative = true
+					for _, n := range names {
+						resp.Answer = append(resp.Answer, &dns.PTR{
+							Hdr: dns.Header{Name: qname, Class: dns.ClassINET, TTL: t.ttl},
+							PTR: rdata.PTR{Ptr: n + "."},
+						})
+					}
+					return pack(resp, limit), nil
+				}
+			}
+		}
 		if zi != 0 {
 			z := &t.zones[zi-1]
 			resp.Authoritative = true
@@ -88,20 +104,6 @@ func (s *Server) slow(t *table, req []byte, client netip.Addr, udp bool) ([]byte
 			resp.Rcode = dns.RcodeNameError
 			resp.Ns = []dns.RR{s.soaRR(t, z)}
 			return pack(resp, limit), nil
-		}
-		if qtype == dns.TypePTR {
-			if a := dnsutil.AddrReverse(name + "."); a.IsValid() {
-				if names := t.reverse(a); len(names) > 0 {
-					resp.Authoritative = true
-					for _, n := range names {
-						resp.Answer = append(resp.Answer, &dns.PTR{
-							Hdr: dns.Header{Name: qname, Class: dns.ClassINET, TTL: t.ttl},
-							PTR: rdata.PTR{Ptr: n + "."},
-						})
-					}
-					return pack(resp, limit), nil
-				}
-			}
 		}
 	}
 

@@ -63,11 +63,13 @@ type zone struct {
 }
 
 // maxAddrs bounds the addresses of one name: more would not fit a DNS
-// message anyway.
-const maxAddrs = 4000
+// message anyway. spec.Roster.Validate refuses more, where the roster is
+// declared.
+const maxAddrs = spec.MaxAddrsPerName
 
 // buildTable compiles a validated roster (spec.Roster.Validate); it need
-// not be normalized.
+// not be normalized. A name may be a zone itself (a public domain routed as
+// a name while also a zone): the zone's apex then has its addresses.
 func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
 	var y yield.Yielder
 	t := &table{gen: r.Generation, ttl: ttl, negTTL: negTTL, seed: maphash.MakeSeed()}
@@ -156,8 +158,8 @@ func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
 	for ei := 0; ei < len(t.ents); ei++ {
 		y.Maybe()
 		e := t.ents[ei]
-		if !e.routed || e.zone == 0 {
-			continue
+		if !e.routed || e.zone == 0 || e.nameLen == 0 {
+			continue // outside the zones, or a name that is its zone's apex
 		}
 		// Walk up the labels above the zone, stopping below the apex.
 		labels := t.names[e.name : e.name+uint32(e.nameLen)]
