@@ -17,6 +17,7 @@ type metrics struct {
 	latency     prometheus.Histogram
 	generation  prometheus.Gauge
 	swap        prometheus.Histogram
+	swapPanics  prometheus.Counter
 }
 
 // qtypeLabels are the qtype label values; the last one counts the rest.
@@ -83,11 +84,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time to validate, compile and swap in a roster.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
+		swapPanics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_resolver_swap_panics_total",
+			Help: "Roster swaps that panicked (a bug) while validating, compiling or saving the roster; the roster served stayed.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{(*queryCollector)(m), m.forwarded, m.latency, m.generation, m.swap} {
+	for _, c := range []prometheus.Collector{(*queryCollector)(m), m.forwarded, m.latency, m.generation, m.swap, m.swapPanics} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

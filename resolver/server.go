@@ -30,6 +30,10 @@ type Server struct {
 
 	forwards chan struct{} // a token per forward in flight
 
+	// compile builds a roster's table: buildTable, except in tests that
+	// need a compile that fails or panics.
+	compile func(r *spec.Roster, ttl, negTTL uint32) (*table, error)
+
 	// updateMu serializes Update, so generations are checked and swapped in
 	// order.
 	updateMu sync.Mutex
@@ -56,6 +60,7 @@ func New(cfg Config) (*Server, error) {
 		log:       cfg.Logger.With("component", "resolver"),
 		forwards:  make(chan struct{}, maxForwards),
 		listeners: map[netip.AddrPort]*listener{},
+		compile:   buildTable,
 	}
 	s.SetAllow(cfg.Allow)
 	s.own.Store(&[]netip.AddrPort{})
@@ -75,7 +80,11 @@ func New(cfg Config) (*Server, error) {
 			s.cancel()
 			return nil, err
 		default:
-			t, err := buildTable(r, seconds(cfg.TTL), seconds(cfg.NegativeTTL))
+			var t *table
+			err := s.safely(r.Generation, "compiling the saved", func() (err error) {
+				t, err = s.compile(r, seconds(cfg.TTL), seconds(cfg.NegativeTTL))
+				return err
+			})
 			if err != nil {
 				s.cancel()
 				return nil, fmt.Errorf("compiling saved roster %q: %w", cfg.StatePath, err)
