@@ -39,7 +39,22 @@ type GateConfig struct {
 	// Until then the network is failing: reported loudly, and containers
 	// created on it get copy mode. Default 2.
 	RollbackAfter int
+	// MaxProofAge is how old a network's passing probe may be and still
+	// switch it to resolve mode (under "auto", switch the machine). A probe
+	// proves the resolver reachable when it ran; an agent that can probe
+	// probes every network again each Interval, so only an agent that
+	// cannot (no probe binary, no zone to ask under) holds proofs older than
+	// that, and those prove nothing about today's networks: a network whose
+	// latest pass is older waits for a new probe. Networks in resolve mode
+	// already stay there (their containers rely on it; a failing probe is
+	// what takes them back). Default DefaultMaxProofAge, or twice Interval
+	// when that is longer.
+	MaxProofAge time.Duration
 }
+
+// DefaultMaxProofAge is GateConfig.MaxProofAge's default: six probe
+// intervals at the default Interval.
+const DefaultMaxProofAge = time.Hour
 
 // Gate decides each container's name mode from the machine's flag and what
 // the probes proved. It fails closed: a container is in resolve mode only
@@ -80,6 +95,7 @@ func OpenGate(cfg GateConfig) (*Gate, error) {
 	cfg.Interval = cmp.Or(cfg.Interval, 10*time.Minute)
 	cfg.Retry = cmp.Or(cfg.Retry, 30*time.Second)
 	cfg.RollbackAfter = cmp.Or(max(cfg.RollbackAfter, 0), 2)
+	cfg.MaxProofAge = cmp.Or(max(cfg.MaxProofAge, 0), max(DefaultMaxProofAge, 2*cfg.Interval))
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("registering migration metrics: %w", err)
@@ -293,10 +309,22 @@ func (g *Gate) Record(results []Result) error {
 	})
 }
 
+// proofSkew is how far in the future a probe's time may be (clocks of the
+// prober and the gate disagree a little) and still count as fresh; beyond
+// it, the clock went backwards and the probe's age is unknown.
+const proofSkew = time.Minute
+
 // evaluate switches networks as the flag and the probes allow.
 func (g *Gate) evaluate(s *State) {
 	now := g.cfg.Now()
-	passing := func(ns *NetworkState) bool { return ns.Last != nil && ns.Last.Pass && ns.Proven != nil }
+	// passing: the latest probe passed, recently enough to switch on it.
+	passing := func(ns *NetworkState) bool {
+		if ns.Last == nil || !ns.Last.Pass || ns.Proven == nil {
+			return false
+		}
+		age := now.Sub(ns.Last.At)
+		return age <= g.cfg.MaxProofAge && age >= -proofSkew
+	}
 	if s.Flag == spec.FlagAuto && s.AutoSwitchedAt.IsZero() {
 		present := 0
 		var holding []string // present networks without a passing probe
