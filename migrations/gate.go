@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -487,6 +488,19 @@ func currentModes(observed []reconcile.Observed) map[string]*spec.Rendered {
 	return out
 }
 
+// decide gives a container on networks its mode. current is the container
+// as it runs now (nil: not created yet). Resolve mode is given only with
+// DNS servers that probes proved on the container's networks, and only
+// when every one of them has a proof:
+//   - a network in copy mode, or without a proof, gives copy mode;
+//   - a network whose latest probe failed (still in resolve mode, see
+//     GateConfig.RollbackAfter) keeps resolve mode for a container that
+//     runs on it in resolve mode already, and gives copy mode to one that
+//     would join it;
+//   - paused, a container keeps the mode it runs in, either way, as long as
+//     it stays on the networks it runs on and they still prove the servers
+//     it uses; one that moves to other networks is created anew, and gets
+//     what a new container gets.
 func decide(s *State, networks []string, current *spec.Rendered) spec.Mode {
 	if len(networks) == 0 {
 		networks = []string{spec.DefaultNetwork}
@@ -494,33 +508,37 @@ func decide(s *State, networks []string, current *spec.Rendered) spec.Mode {
 	networks = slices.Sorted(slices.Values(networks))
 	copyMode := spec.Mode{Names: spec.Copy}
 	var dns spec.DNSConfig
-	anyCopy, anyFailing, rolledBack := false, false, false
+	anyCopy, anyUnproven, rolledBack := false, false, false
+	joinsFailing, joins := false, false
 	for _, n := range networks {
 		m, ns := modeOf(s, n)
+		runs := runsResolvedOn(current, n)
 		switch m {
 		case netCopy:
 			anyCopy = true
 			rolledBack = rolledBack || ns != nil && ns.Last != nil && !ns.Last.Pass
 		case netFailing:
-			anyFailing = true
+			joinsFailing = joinsFailing || !runs
 		}
-		if ns != nil && ns.Proven != nil {
-			dns = mergeDNS(dns, ns.Proven.DNS)
+		joins = joins || !runs
+		if ns == nil || ns.Proven == nil {
+			anyUnproven = true
+			continue
 		}
+		dns = mergeDNS(dns, ns.Proven.DNS)
 	}
 	if s.Paused && current != nil {
 		switch {
 		case current.Mode != spec.Resolve:
 			return copyMode
-		case rolledBack:
-			return copyMode // safety before the pause
+		case !rolledBack && !anyUnproven && !joins && containsAll(dns.Servers, current.DNS.Servers):
+			return spec.Mode{Names: spec.Resolve, DNS: current.DNS}
 		}
-		return spec.Mode{Names: spec.Resolve, DNS: current.DNS}
+		// Rolled back before the pause (safety first), or moved, or what
+		// it uses is no longer proven there: what a new container gets.
 	}
 	switch {
-	case anyCopy:
-		return copyMode
-	case anyFailing && (current == nil || current.Mode != spec.Resolve):
+	case anyCopy, anyUnproven, joinsFailing:
 		return copyMode
 	case len(dns.Servers) == 0:
 		// Networks without connectivity only (StrategyNone): nothing can be
@@ -528,6 +546,30 @@ func decide(s *State, networks []string, current *spec.Rendered) spec.Mode {
 		return copyMode
 	}
 	return spec.Mode{Names: spec.Resolve, DNS: dns}
+}
+
+// runsResolvedOn reports whether the container current runs in resolve mode
+// on network n.
+func runsResolvedOn(current *spec.Rendered, n string) bool {
+	if current == nil || current.Mode != spec.Resolve {
+		return false
+	}
+	if len(current.Networks) == 0 {
+		return n == spec.DefaultNetwork
+	}
+	return slices.ContainsFunc(current.Networks, func(a spec.NetworkAttachment) bool { return a.Name == n })
+}
+
+func containsAll(set, xs []netip.Addr) bool {
+	if len(xs) == 0 {
+		return false
+	}
+	for _, x := range xs {
+		if !slices.Contains(set, x) {
+			return false
+		}
+	}
+	return true
 }
 
 // mergeDNS appends b's servers, search domains and options not yet in a.
