@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -133,7 +134,7 @@ func (r *Reconciler) run(ctx context.Context, res *Result) {
 					return nil
 				}
 				began := r.now()
-				err := r.do(ctx, o, needHealthy[o.Name])
+				err := r.safely(fmt.Sprintf("%s %q", o.Kind, o.Name), func() error { return r.do(ctx, o, needHealthy[o.Name]) })
 				o.Duration = r.now().Sub(began)
 				r.finish(o, err)
 				return nil
@@ -141,6 +142,22 @@ func (r *Reconciler) run(ctx context.Context, res *Result) {
 		}
 		g.Wait()
 	}
+}
+
+// safely runs f, one action (or inspection) on a goroutine of its own,
+// turning a panic into its error, logged with the stack and counted
+// (meshhost_reconcile_panics_total): nothing could recover it on that
+// goroutine, and the process, every other action of the pass with it,
+// would die.
+func (r *Reconciler) safely(what string, f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.metrics.panics.Inc()
+			r.log.Error("recovered from a panic", "in", what, "panic", v, "stack", string(debug.Stack()))
+			err = fmt.Errorf("%s: panicked: %v", what, v)
+		}
+	}()
+	return f()
 }
 
 // waitFor waits until every dependency of o in this phase is done, and

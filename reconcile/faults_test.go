@@ -1,12 +1,16 @@
 package reconcile_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -293,4 +297,48 @@ func TestForeignAside(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestActionPanicIsAnError: an action panics on its goroutine (a bug in a
+// runtime adapter, say). The panic is that action's error, logged with its
+// stack and counted; the process lives on, the pass's other actions
+// happen, and the next pass converges.
+func TestActionPanicIsAnError(t *testing.T) {
+	ctx := context.Background()
+	rt := memory.New(memory.Options{})
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	r := newReconciler(t, rt, func(c *reconcile.Config) {
+		c.Logger, c.Registerer = slog.New(slog.NewTextHandler(&logs, nil)), reg
+	})
+	desired := renderAll(t, []spec.Container{container("a", "img:1"), container("b", "img:1")}, nil, resolveMode)
+	var once sync.Once
+	rt.Before(func(c memory.Call) error {
+		if c.Method == "Create" && c.Name == "a" {
+			once.Do(func() { panic("adapter bug") })
+		}
+		return nil
+	})
+	res, err := r.Reconcile(ctx, desired)
+	if err == nil || !strings.Contains(err.Error(), `create "a": panicked: adapter bug`) {
+		t.Fatalf("Reconcile with a panicking action = %v, want the panic as a's error", err)
+	}
+	if res.Count(reconcile.Create) != 1 {
+		t.Errorf("created %d, want b created all the same", res.Count(reconcile.Create))
+	}
+	if !strings.Contains(logs.String(), "recovered from a panic") || !strings.Contains(logs.String(), "faults_test.go") {
+		t.Errorf("the log lacks the panic and its stack:\n%s", logs.String())
+	}
+	mfs, _ := reg.Gather()
+	panics := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "meshhost_reconcile_panics_total" {
+			panics = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if panics != 1 {
+		t.Errorf("meshhost_reconcile_panics_total = %v, want 1", panics)
+	}
+	mustReconcile(t, r, desired)
+	checkConverged(t, rt, desired)
 }

@@ -62,6 +62,7 @@ func TestMetricsLogsJournal(t *testing.T) {
 		"meshhost_reconcile_deferred_total":              1,
 		"meshhost_reconcile_replacements_total":          1,
 		"meshhost_reconcile_pass_duration_seconds_count": 2,
+		"meshhost_reconcile_panics_total":                0,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
