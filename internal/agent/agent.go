@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -185,6 +186,13 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // Pass runs one pass now.
+//
+// A panic inside the pass (a bug) is recovered: logged with its stack,
+// counted (meshhost_agent_pass_panics_total), and returned as the pass's
+// error. What was in force stays (the resolver swaps a roster whole or not
+// at all; the reconciler's actions stop where they were, each crash-safe),
+// the agent keeps serving, and the next pass tries again, instead of a
+// process that dies at every start on a declaration it saved.
 func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -198,6 +206,13 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 			if a.cfg.AfterPass != nil {
 				a.cfg.AfterPass(rep)
 			}
+		}
+	}()
+	defer func() {
+		if v := recover(); v != nil {
+			a.metrics.panics.Inc()
+			a.log.Error("a pass panicked; what was in force stays, and the next pass tries again", "panic", v, "stack", string(debug.Stack()))
+			err = fmt.Errorf("the pass panicked: %v", v)
 		}
 	}()
 	decl, origin := a.cfg.Source.Current()
