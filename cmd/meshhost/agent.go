@@ -55,6 +55,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	window := fs.Duration("budget-window", reconcile.DefaultBudget.Window, "the replacement budget's window")
 	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local resolver address (assigned to lo) for routed networks")
 	probeBinary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
+	proofMaxAge := fs.Duration("proof-max-age", migrations.DefaultMaxProofAge, "how old a passing probe may be and still switch a network to the resolver; older ones (an agent that could not probe since) wait for a new probe")
 	probeOutside := fs.String("probe-outside", "", "a name outside the mesh the probe must resolve through the resolver's forwarding, as NAME or NAME=ADDR; required before any network can switch to the resolver")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var upstreams, listens addrList
@@ -98,7 +99,13 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 
 	saved, err := agent.LoadDeclaration(*stateDir)
 	if err != nil {
-		return 1, err
+		// Saved by a meshhost that checked less (a name this one reserves,
+		// say): refusing to start would leave the machine without an agent
+		// until someone edits the state directory. Without it the resolver
+		// serves its saved roster, no container is touched, and the next
+		// declaration pushed or written takes over.
+		logger.Error("the saved declaration is refused; no container is touched until a valid declaration arrives", "err", err)
+		saved = nil
 	}
 	source := declsource.New(logger, *machine, saved)
 	var savedGen uint64 // the declaration in force is on disk already: not written again
@@ -177,7 +184,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		return 2, fmt.Errorf("--runtime %q: want podman or memory", *runtimeKind)
 	}
 
-	gate, err := migrations.OpenGate(migrations.GateConfig{Dir: *stateDir, Logger: logger, Registerer: reg})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Dir: *stateDir, Logger: logger, Registerer: reg, MaxProofAge: *proofMaxAge})
 	if err != nil {
 		return 1, err
 	}
