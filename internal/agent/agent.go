@@ -198,21 +198,17 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	defer a.mu.Unlock()
 	start := time.Now()
 	defer func() {
+		if v := recover(); v != nil {
+			err = a.recovered("the pass", v)
+		}
 		a.lastPass, a.lastErr = time.Now(), err
 		a.metrics.pass(err, time.Since(start))
 		if rep != nil {
 			rep.Duration = time.Since(start)
 			a.lastReport = rep
 			if a.cfg.AfterPass != nil {
-				a.cfg.AfterPass(rep)
+				a.afterPass(rep)
 			}
-		}
-	}()
-	defer func() {
-		if v := recover(); v != nil {
-			a.metrics.panics.Inc()
-			a.log.Error("a pass panicked; what was in force stays, and the next pass tries again", "panic", v, "stack", string(debug.Stack()))
-			err = fmt.Errorf("the pass panicked: %v", v)
 		}
 	}()
 	decl, origin := a.cfg.Source.Current()
@@ -287,6 +283,24 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	}
 	a.metrics.declaration.Set(float64(decl.Generation))
 	return rep, errors.Join(unsaved, res.Err())
+}
+
+// recovered logs and counts a panic the agent recovered from in what, and
+// returns it as an error.
+func (a *Agent) recovered(what string, v any) error {
+	a.metrics.panics.Inc()
+	a.log.Error(what+" panicked; what was in force stays, and the next pass tries again", "panic", v, "stack", string(debug.Stack()))
+	return fmt.Errorf("%s panicked: %v", what, v)
+}
+
+// afterPass runs Config.AfterPass, recovering a panic in it too.
+func (a *Agent) afterPass(rep *Report) {
+	defer func() {
+		if v := recover(); v != nil {
+			a.lastErr = errors.Join(a.lastErr, a.recovered("saving the pass's state", v))
+		}
+	}()
+	a.cfg.AfterPass(rep)
 }
 
 // rosterInForce updates the resolver with the declared roster unless the

@@ -40,10 +40,16 @@ func TestPassPanicIsRecovered(t *testing.T) {
 	var logs syncbuf.Buffer
 	reg := prometheus.NewRegistry()
 	var rt *panicky
+	var afterPanics atomic.Bool
 	f := newFixture(t, true, func(c *Config) {
 		rt = &panicky{Runtime: c.Runtime}
 		c.Runtime, c.Registerer = rt, reg
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		c.AfterPass = func(*Report) {
+			if afterPanics.CompareAndSwap(true, false) {
+				panic("saving the budget")
+			}
+		}
 	})
 	f.push(t, declaration(1, spec.FlagOn, 2, 10))
 	before := ids(f.rt)
@@ -59,7 +65,7 @@ func TestPassPanicIsRecovered(t *testing.T) {
 	if after := ids(f.rt); !mapsEqual(before, after) {
 		t.Errorf("containers changed by the panicking pass: %v -> %v", before, after)
 	}
-	if !strings.Contains(logs.String(), "a pass panicked") || !strings.Contains(logs.String(), "panic_test.go") {
+	if !strings.Contains(logs.String(), "the pass panicked") || !strings.Contains(logs.String(), "panic_test.go") {
 		t.Errorf("the log lacks the panic and its stack:\n%s", logs.String())
 	}
 	if got := counter(t, reg, "meshhost_agent_pass_panics_total"); got != 1 {
@@ -78,6 +84,18 @@ func TestPassPanicIsRecovered(t *testing.T) {
 	}
 	if rep.Generation != 2 || len(ids(f.rt)) != 3 {
 		t.Errorf("the pass after the panic applied generation %d with %d containers, want 2 with 3", rep.Generation, len(ids(f.rt)))
+	}
+
+	// What runs after a pass (the agent command saves the budget there).
+	afterPanics.Store(true)
+	if _, err := f.agent.Pass(context.Background()); err != nil {
+		t.Errorf("a pass whose AfterPass panics: %v, want the pass's own result", err)
+	}
+	if err := f.agent.Health(); err == nil || !strings.Contains(err.Error(), "saving the pass's state panicked") {
+		t.Errorf("Health after AfterPass panicked = %v, want the panic", err)
+	}
+	if got := counter(t, reg, "meshhost_agent_pass_panics_total"); got != 2 {
+		t.Errorf("meshhost_agent_pass_panics_total = %v, want 2", got)
 	}
 }
 
