@@ -226,6 +226,7 @@ func TestForeignAside(t *testing.T) {
 	}{
 		{"current", "web:1", true, reconcile.Keep},
 		{"needs replacing", "web:2", true, reconcile.Conflict},
+		{"needs replacing, stopped", "web:2", true, reconcile.Start},
 		{"not created yet", "web:1", false, reconcile.Create},
 		{"not declared", "", true, reconcile.Remove},
 		{"not declared, nothing else", "", false, ""},
@@ -238,6 +239,9 @@ func TestForeignAside(t *testing.T) {
 				mod := func(c *reconcile.Config) { c.Owner = "ace" }
 				if tc.existing {
 					mustReconcile(t, newReconciler(t, rt, mod), renderAll(t, []spec.Container{container("web", "web:1")}, nil, resolveMode))
+					if strings.HasSuffix(tc.name, "stopped") {
+						rt.Exited("web")
+					}
 				}
 				foreign := render(t, container("web"+reconcile.AsideSuffix, "theirs:1"), nil, resolveMode)
 				foreign.Labels = owner.labels
@@ -271,7 +275,7 @@ func TestForeignAside(t *testing.T) {
 					if pass == 1 && got != tc.want {
 						t.Errorf("plan for web = %q, want %q:\n%v", got, tc.want, p)
 					}
-					if pass == 1 && got == reconcile.Conflict && !strings.Contains(reasonOf(p, "web"), "web"+reconcile.AsideSuffix) {
+					if pass == 1 && (got == reconcile.Conflict || got == reconcile.Start) && !strings.Contains(reasonOf(p, "web"), "web"+reconcile.AsideSuffix) {
 						t.Errorf("conflict reason %q does not name the container in the way", reasonOf(p, "web"))
 					}
 					if p.Unmanaged != 1 {
@@ -283,7 +287,7 @@ func TestForeignAside(t *testing.T) {
 				if !ok || after.ID != before.ID || after.State != reconcile.StateRunning {
 					t.Errorf("the foreign container is %+v, want %s untouched and running", after, before.ID)
 				}
-				if tc.want == reconcile.Conflict {
+				if tc.want == reconcile.Conflict || tc.want == reconcile.Start {
 					if c, _ := rt.Container("web"); c.ID != webBefore.ID || c.State != reconcile.StateRunning {
 						t.Errorf("web = %s %s, want the managed %s left running as it is", c.ID, c.State, webBefore.ID)
 					}
