@@ -40,7 +40,8 @@ const (
 	// was; remove the new container, rename the old one back and start it.
 	Rollback Kind = "rollback"
 	// Conflict: a container meshhost does not manage holds a declared name
-	// and differs from the declaration. It is never touched; an operator
+	// and differs from the declaration, or holds NAME+AsideSuffix, which
+	// replacing the managed NAME needs. It is never touched; an operator
 	// must remove or rename it.
 	Conflict Kind = "conflict"
 )
