@@ -397,8 +397,10 @@ func (g *Gate) Strategies() map[string]Strategy {
 
 // Pause stops the migration where it is: containers that exist keep their
 // current mode, in either direction, except that a container whose network
-// went back to copy mode after failing its probes still gets its copy back.
-// Containers created while paused get the gate's mode.
+// went back to copy mode after failing its probes still gets its copy back,
+// and one whose resolve mode its networks no longer prove (it moved to
+// other networks, or a network lost its proof) gets what a new container
+// gets. Containers created while paused get the gate's mode.
 func (g *Gate) Pause() error {
 	return g.update(func(s *State) error {
 		if !s.Paused {

@@ -221,8 +221,9 @@ func (p *planner) actionFor(d *spec.Rendered) Action {
 	return a
 }
 
-// decide decides what to do for one declared container, the name an
-// interrupted replacement would use aside aside.
+// decide decides what to do for one declared container, as if nothing but
+// meshhost's own containers could hold NAME+AsideSuffix (actionFor checks
+// that).
 func (p *planner) decide(d *spec.Rendered) Action {
 	a := Action{Name: d.Name, Desired: d, DependsOn: d.DependsOn}
 	o := p.observed[d.Name]
