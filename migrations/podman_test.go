@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/dnsstub"
+	"github.com/meshhost/meshhost/internal/plumbing/dnsstub"
 	"github.com/meshhost/meshhost/internal/podmannet"
-	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"
 	"github.com/meshhost/meshhost/resolver"

@@ -1,7 +1,7 @@
 package reconcile
 
 import (
-	"github.com/meshhost/meshhost/internal/journal"
+	"github.com/meshhost/meshhost/internal/agent/journal"
 )
 
 // record writes a pass that did something to the journal. Passes that only

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/meshhost/meshhost/internal/journal"
+	"github.com/meshhost/meshhost/internal/agent/journal"
 )
 
 // Config is what a Reconciler needs. Runtime is required; every other field

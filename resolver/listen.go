@@ -11,7 +11,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/meshhost/meshhost/internal/yield"
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
 )
 
 // listener is one address served over UDP and TCP.

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshhost/meshhost/internal/yield"
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/spec"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/strictjson"
+	"github.com/meshhost/meshhost/internal/plumbing/strictjson"
 )
 
 // LabelPrefix is reserved for meshhost's own labels; declarations may not use it.

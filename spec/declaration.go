@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshhost/meshhost/internal/strictjson"
+	"github.com/meshhost/meshhost/internal/plumbing/strictjson"
 )
 
 // SchemaVersion is the declaration schema this meshhost writes and the newest

@@ -5,7 +5,7 @@ import (
 	"math"
 	"net/netip"
 
-	"github.com/meshhost/meshhost/internal/strictjson"
+	"github.com/meshhost/meshhost/internal/plumbing/strictjson"
 )
 
 // ParseRoster reads a roster document, the format of the roster file and of

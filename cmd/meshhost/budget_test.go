@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/fullfs"
+	"github.com/meshhost/meshhost/internal/testkit/fullfs"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/spec"

@@ -9,7 +9,7 @@ import (
 	"strconv"
 
 	"github.com/meshhost/meshhost/internal/agent"
-	"github.com/meshhost/meshhost/internal/journal"
+	"github.com/meshhost/meshhost/internal/agent/journal"
 )
 
 func init() {

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/dnsstub"
+	"github.com/meshhost/meshhost/internal/plumbing/dnsstub"
 	"github.com/meshhost/meshhost/internal/podmannet"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/incident"
+	"github.com/meshhost/meshhost/internal/demo/incident"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
 )

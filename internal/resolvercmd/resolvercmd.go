@@ -20,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/filewatch"
-	"github.com/meshhost/meshhost/internal/yield"
+	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/filewatch"
+	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 	"github.com/meshhost/meshhost/spec"
 )
 

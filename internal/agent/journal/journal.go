@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 )
 
 // Version is the format of the journal's entries.

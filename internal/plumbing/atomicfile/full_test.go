@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/meshhost/meshhost/internal/fullfs"
+	"github.com/meshhost/meshhost/internal/testkit/fullfs"
 )
 
 // The tests below write on a real full file system: a small tmpfs mounted
