@@ -27,6 +27,7 @@ type Server struct {
 	local          atomic.Pointer[[]localRoute]     // SetLocalForward's routes
 	upstream       atomic.Pointer[[]netip.AddrPort] // forward targets, own listeners excluded
 	own            atomic.Pointer[[]netip.AddrPort] // listener addresses, for loop prevention
+	socks          atomic.Pointer[[]*listener]      // the listeners, for Busy
 
 	forwards chan struct{} // a token per forward in flight
 
@@ -75,7 +76,7 @@ func New(cfg Config) (*Server, error) {
 			s.cancel()
 			return nil, err
 		default:
-			t, err := buildTable(r, seconds(cfg.TTL), seconds(cfg.NegativeTTL))
+			t, err := buildTable(r, seconds(cfg.TTL), seconds(cfg.NegativeTTL), nil) // nothing listens yet
 			if err != nil {
 				s.cancel()
 				return nil, fmt.Errorf("compiling saved roster %q: %w", cfg.StatePath, err)

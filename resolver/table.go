@@ -67,9 +67,9 @@ type zone struct {
 const maxAddrs = 4000
 
 // buildTable compiles a validated roster (spec.Roster.Validate); it need
-// not be normalized.
-func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
-	var y yield.Yielder
+// not be normalized. It steps aside while busy says queries wait (nil: never).
+func buildTable(r *spec.Roster, ttl, negTTL uint32, busy func() bool) (*table, error) {
+	y := yield.Yielder{Pending: busy}
 	t := &table{gen: r.Generation, ttl: ttl, negTTL: negTTL, seed: maphash.MakeSeed()}
 	zoneNames := make([]string, 0, len(r.Zones))
 	for _, z := range r.Zones {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -26,7 +27,7 @@ func (s *Server) Update(r *spec.Roster) error {
 		return errors.New("roster is nil")
 	}
 	start := time.Now()
-	if err := r.Validate(); err != nil {
+	if err := r.ValidateYielding((&yield.Yielder{Pending: s.Busy}).Maybe); err != nil {
 		return fmt.Errorf("roster generation %d refused: %w", r.Generation, err)
 	}
 	s.updateMu.Lock()
@@ -35,7 +36,7 @@ func (s *Server) Update(r *spec.Roster) error {
 		return fmt.Errorf("%w: got generation %d, serving %d", ErrStaleGeneration, r.Generation, cur.gen)
 	}
 	// The table canonicalizes names itself, so r need not be normalized.
-	t, err := buildTable(r, seconds(s.cfg.TTL), seconds(s.cfg.NegativeTTL))
+	t, err := buildTable(r, seconds(s.cfg.TTL), seconds(s.cfg.NegativeTTL), s.Busy)
 	if err != nil {
 		return fmt.Errorf("roster generation %d refused: %w", r.Generation, err)
 	}
@@ -46,7 +47,7 @@ func (s *Server) Update(r *spec.Roster) error {
 	s.log.Info("roster swapped in", "generation", t.gen, "names", len(r.Names), "took", took)
 
 	if s.cfg.StatePath != "" {
-		if err := saveState(s.cfg.StatePath, t); err != nil {
+		if err := saveState(s.cfg.StatePath, t, s.Busy); err != nil {
 			return fmt.Errorf("roster generation %d is served but not saved: %w", r.Generation, err)
 		}
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 func init() {
@@ -100,7 +101,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	if err != nil {
 		return 1, err
 	}
-	source := declsource.New(logger, *machine, saved)
+	source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: srv.Busy}, Logger: logger})
 	var savedGen uint64 // the declaration in force is on disk already: not written again
 	if cur, _ := source.Current(); cur != nil {
 		savedGen = cur.Generation

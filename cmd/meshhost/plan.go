@@ -17,6 +17,7 @@ import (
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 func init() {
@@ -47,7 +48,7 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*reconcile.Plan,
 		if err != nil {
 			return nil, err
 		}
-		if decl, err = spec.ParseDeclaration(data); err != nil {
+		if decl, err = specjson.ParseDeclaration(data); err != nil {
 			return nil, fmt.Errorf("%s: %w", *f.declaration, err)
 		}
 	} else {

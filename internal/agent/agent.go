@@ -31,6 +31,7 @@ import (
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // Networks reports the runtime's networks, in migrations' terms.
@@ -159,7 +160,7 @@ func LoadDeclaration(stateDir string) (*spec.Declaration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the saved declaration: %w", err)
 	}
-	d, err := spec.ParseDeclaration(data)
+	d, err := specjson.ParseDeclaration(data)
 	if err != nil {
 		return nil, fmt.Errorf("the saved declaration %s: %w", filepath.Join(stateDir, DeclarationFile), err)
 	}

@@ -69,7 +69,7 @@ func newFixture(t testing.TB, passed bool, mods ...func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	source := declsource.New(nil, "ace", nil)
+	source := declsource.New(declsource.Config{Machine: "ace"})
 	cfg := Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, Networks: oneBridge{}, StateDir: state}
 	for _, mod := range mods {
 		mod(&cfg)

@@ -87,7 +87,7 @@ func newFullFixture(t *testing.T, dirs stateDirs) *fullFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	source := declsource.New(nil, "ace", nil)
+	source := declsource.New(declsource.Config{Machine: "ace"})
 	a, err := New(Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, Networks: oneBridge{},
 		StateDir: dirs.state, Journal: jnl, Logger: logger})
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/resolver"
-	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // ErrUsage is wrapped by errors in the flags; the usage has been printed.
@@ -202,11 +202,11 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 // reloadRoster reads, validates and applies the roster file.
 func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	start := time.Now()
-	data, err := yield.ReadFile(path) // a swap runs beside queries: read in steps
+	data, err := yield.ReadFile(path, srv.Busy) // a swap runs beside queries: read in steps
 	if err != nil {
 		return fmt.Errorf("reading roster: %w", err)
 	}
-	r, err := spec.ParseRoster(data)
+	r, err := specjson.Reader{Busy: srv.Busy}.ParseRoster(data)
 	if err != nil {
 		return fmt.Errorf("roster %q: %w", path, err)
 	}

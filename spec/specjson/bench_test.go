@@ -1,11 +1,11 @@
-package spec_test
+package specjson_test
 
 import (
 	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // declaration100k is a declaration of two containers with a roster of
@@ -30,7 +30,7 @@ func BenchmarkParseDeclaration100k(b *testing.B) {
 	b.Run("ParseDeclaration", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := spec.ParseDeclaration(data); err != nil {
+			if _, err := specjson.ParseDeclaration(data); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -38,7 +38,7 @@ func BenchmarkParseDeclaration100k(b *testing.B) {
 	b.Run("strict", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := spec.ParseDeclarationStrict(data); err != nil {
+			if _, err := specjson.ParseDeclarationStrict(data); err != nil {
 				b.Fatal(err)
 			}
 		}

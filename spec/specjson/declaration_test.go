@@ -1,4 +1,4 @@
-package spec_test
+package specjson_test
 
 import (
 	"encoding/json"
@@ -12,14 +12,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 func TestParseDeclarationExample(t *testing.T) {
-	data, err := os.ReadFile("../examples/declaration.json")
+	data, err := os.ReadFile("../../examples/declaration.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := spec.ParseDeclaration(data)
+	d, err := specjson.ParseDeclaration(data)
 	if err != nil {
 		t.Fatalf("ParseDeclaration(examples/declaration.json) = %v", err)
 	}
@@ -46,7 +47,7 @@ func TestParseDeclarationExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d2, err := spec.ParseDeclaration(out)
+	d2, err := specjson.ParseDeclaration(out)
 	if err != nil {
 		t.Fatalf("ParseDeclaration(MarshalJSON(d)) = %v\n%s", err, out)
 	}
@@ -107,7 +108,7 @@ func TestParseDeclarationFaults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := spec.ParseDeclaration([]byte(tt.doc))
+			d, err := specjson.ParseDeclaration([]byte(tt.doc))
 			if err == nil {
 				t.Fatalf("ParseDeclaration = %+v, nil; want an error", d)
 			}
@@ -126,7 +127,7 @@ func TestParseDeclarationFaults(t *testing.T) {
 }
 
 func TestParseDeclarationReportsEveryFault(t *testing.T) {
-	_, err := spec.ParseDeclaration([]byte(minimal(`"name": "app", "image": "b", "stop_timeout": "x", "stop_signal": "SIGFOO", "extra": 1`)))
+	_, err := specjson.ParseDeclaration([]byte(minimal(`"name": "app", "image": "b", "stop_timeout": "x", "stop_signal": "SIGFOO", "extra": 1`)))
 	for _, want := range []string{"containers[0].stop_timeout", "containers[0].stop_signal", "containers[0].extra"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)
@@ -135,7 +136,7 @@ func TestParseDeclarationReportsEveryFault(t *testing.T) {
 }
 
 func FuzzParseDeclaration(f *testing.F) {
-	data, err := os.ReadFile("../examples/declaration.json")
+	data, err := os.ReadFile("../../examples/declaration.json")
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func FuzzParseDeclaration(f *testing.F) {
 	f.Add([]byte(`{"schema":1,"machine":"m","generation":1,"roster":{"generation":1,"names":{"A.b":["10.0.0.2","10.0.0.1"]}},"containers":[],"x":"\"roster\""}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkDeclarationReadersAgree(t, data)
-		d, err := spec.ParseDeclaration(data)
+		d, err := specjson.ParseDeclaration(data)
 		if (d == nil) == (err == nil) {
 			t.Fatalf("ParseDeclaration = %v, %v: want exactly one of them", d, err)
 		}
@@ -158,7 +159,7 @@ func FuzzParseDeclaration(f *testing.F) {
 		if err != nil {
 			t.Fatalf("MarshalJSON: %v", err)
 		}
-		if _, err := spec.ParseDeclaration(out); err != nil {
+		if _, err := specjson.ParseDeclaration(out); err != nil {
 			t.Fatalf("ParseDeclaration(MarshalJSON(d)) = %v\n%s", err, out)
 		}
 	})
@@ -168,11 +169,11 @@ func FuzzParseDeclaration(f *testing.F) {
 // reader takes too, with the same result.
 func checkDeclarationReadersAgree(t *testing.T, data []byte) {
 	t.Helper()
-	fast, ok := spec.ParseDeclarationFast(data)
+	fast, ok := specjson.ParseDeclarationFast(data)
 	if !ok {
 		return
 	}
-	strict, err := spec.ParseDeclarationStrict(data)
+	strict, err := specjson.ParseDeclarationStrict(data)
 	if err != nil {
 		t.Fatalf("fast path took a declaration the strict reader refuses (%v):\n%s", err, data)
 	}
@@ -184,11 +185,11 @@ func checkDeclarationReadersAgree(t *testing.T, data []byte) {
 // TestDeclarationReadersAgree runs the check on the example declaration,
 // which the fast path must take, and on the fuzz seeds.
 func TestDeclarationReadersAgree(t *testing.T) {
-	data, err := os.ReadFile("../examples/declaration.json")
+	data, err := os.ReadFile("../../examples/declaration.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := spec.ParseDeclarationFast(data); !ok {
+	if _, ok := specjson.ParseDeclarationFast(data); !ok {
 		t.Error("fast path declined examples/declaration.json")
 	}
 	checkDeclarationReadersAgree(t, data)

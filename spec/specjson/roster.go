@@ -1,11 +1,12 @@
-package spec
+package specjson
 
 import (
-	"encoding/json"
 	"math"
 	"net/netip"
 
 	"github.com/meshhost/meshhost/internal/plumbing/strictjson"
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
+	"github.com/meshhost/meshhost/spec"
 )
 
 // ParseRoster reads a roster document, the format of the roster file and of
@@ -17,35 +18,40 @@ import (
 //	           "searxng.zurag.be": ["100.64.0.9", "fd7a::9"]}}
 //
 // It returns a validated, normalized roster, or every fault found, each a
-// *FieldError naming the entry. Nothing half-parsed is ever returned.
-func ParseRoster(data []byte) (*Roster, error) {
-	if r, ok := decodeRosterFast(data); ok {
+// *spec.FieldError naming the entry. Nothing half-parsed is ever returned.
+func ParseRoster(data []byte) (*spec.Roster, error) { return Reader{}.ParseRoster(data) }
+
+// ParseRoster is the package's ParseRoster, stepping aside while rd.Busy
+// says other work waits.
+func (rd Reader) ParseRoster(data []byte) (*spec.Roster, error) {
+	y := &yield.Yielder{Pending: rd.Busy}
+	if r, ok := decodeRosterFast(data, y); ok {
 		return r, nil
 	}
-	return parseRosterStrict(data)
+	return parseRosterStrict(data, y)
 }
 
 // parseRosterStrict is ParseRoster through the strict reader, which names
 // every fault; ParseRoster takes it for any document the fast path declines.
-func parseRosterStrict(data []byte) (*Roster, error) {
+func parseRosterStrict(data []byte, y *yield.Yielder) (*spec.Roster, error) {
 	v, err := strictjson.Parse(data)
 	if err != nil {
-		return nil, &FieldError{Reason: err.Error()}
+		return nil, &spec.FieldError{Reason: err.Error()}
 	}
 	var rep strictjson.Report
 	r := readRoster(&rep, "", v)
 	if err := faults(rep); err != nil {
 		return nil, err
 	}
-	if err := r.Validate(); err != nil {
+	if err := r.ValidateYielding(y.Maybe); err != nil {
 		return nil, err
 	}
 	return r.Normalize(), nil
 }
 
-func readRoster(rep *strictjson.Report, path string, v strictjson.Value) *Roster {
+func readRoster(rep *strictjson.Report, path string, v strictjson.Value) *spec.Roster {
 	o := rep.Object(path, v)
-	r := &Roster{Names: map[string][]netip.Addr{}}
+	r := &spec.Roster{Names: map[string][]netip.Addr{}}
 	if gv, p, ok := o.Required("generation"); ok {
 		r.Generation, _ = rep.Uint(p, gv, 0, math.MaxInt64)
 	}
@@ -81,32 +87,11 @@ func readRoster(rep *strictjson.Report, path string, v strictjson.Value) *Roster
 }
 
 func faults(rep strictjson.Report) error {
-	var errs fieldErrors
+	var errs faultList
 	for _, f := range rep.Faults {
 		errs.add(f.Path, "%s", f.Reason)
 	}
 	return errs.err()
-}
-
-// MarshalJSON writes r in the roster file format ParseRoster reads.
-func (r *Roster) MarshalJSON() ([]byte, error) {
-	names := make(map[string][]string, len(r.Names))
-	for n, addrs := range r.Names {
-		s := make([]string, len(addrs))
-		for i, a := range addrs {
-			s[i] = a.String()
-		}
-		names[n] = s
-	}
-	zones := r.Zones
-	if zones == nil {
-		zones = []string{}
-	}
-	return json.Marshal(struct {
-		Generation uint64              `json:"generation"`
-		Zones      []string            `json:"zones"`
-		Names      map[string][]string `json:"names"`
-	}{r.Generation, zones, names})
 }
 
 // plainAddrs reads an array of address strings, or reports false for

@@ -1,4 +1,4 @@
-package spec_test
+package specjson_test
 
 import (
 	"encoding/json"
@@ -9,10 +9,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 func TestParseRoster(t *testing.T) {
-	r, err := spec.ParseRoster([]byte(`{"generation": 7,
+	r, err := specjson.ParseRoster([]byte(`{"generation": 7,
 	  "zones": ["Internal."],
 	  "names": {"Gitea.Novox.internal": ["10.89.0.7"],
 	            "searxng.zurag.be": ["fd7a::9", "100.64.0.9"]}}`))
@@ -32,7 +33,7 @@ func TestParseRoster(t *testing.T) {
 	}
 	// MarshalJSON writes what ParseRoster reads.
 	out, _ := json.Marshal(r)
-	r2, err := spec.ParseRoster(out)
+	r2, err := specjson.ParseRoster(out)
 	if err != nil {
 		t.Fatalf("ParseRoster(MarshalJSON) = %v", err)
 	}
@@ -64,7 +65,7 @@ func TestParseRosterFaults(t *testing.T) {
 		{`{"generation": 1, "names": {}, "extra": true}`, `extra: unknown field`},
 	}
 	for _, tt := range tests {
-		r, err := spec.ParseRoster([]byte(tt.doc))
+		r, err := specjson.ParseRoster([]byte(tt.doc))
 		if err == nil || r != nil {
 			t.Errorf("ParseRoster(%s) = %v, %v; want nil and an error", tt.doc, r, err)
 			continue
@@ -72,17 +73,6 @@ func TestParseRosterFaults(t *testing.T) {
 		if !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("ParseRoster(%s) error =\n%v\nwant it to contain %q", tt.doc, err, tt.want)
 		}
-	}
-}
-
-func TestCheckNameLength(t *testing.T) {
-	label := strings.Repeat("a", 63)
-	name := strings.Join([]string{label, label, label, strings.Repeat("b", 61)}, ".") // 253
-	if err := spec.CheckName(name); err != nil {
-		t.Errorf("CheckName(253 chars) = %v, want nil", err)
-	}
-	if err := spec.CheckName(name + "b"); err == nil {
-		t.Errorf("CheckName(254 chars) = nil, want an error")
 	}
 }
 
@@ -119,7 +109,7 @@ func TestRosterReadersAgree(t *testing.T) {
 		checkRosterReadersAgree(t, []byte(doc))
 	}
 	for _, doc := range rosterSeeds[:5] {
-		if _, ok := spec.DecodeRosterFast([]byte(doc)); !ok {
+		if _, ok := specjson.DecodeRosterFast([]byte(doc)); !ok {
 			t.Errorf("fast path declined a plain document: %s", doc)
 		}
 	}
@@ -129,11 +119,11 @@ func TestRosterReadersAgree(t *testing.T) {
 // takes too, with the same result.
 func checkRosterReadersAgree(t *testing.T, data []byte) {
 	t.Helper()
-	fast, ok := spec.DecodeRosterFast(data)
+	fast, ok := specjson.DecodeRosterFast(data)
 	if !ok {
 		return
 	}
-	strict, err := spec.ParseRosterStrict(data)
+	strict, err := specjson.ParseRosterStrict(data)
 	if err != nil {
 		t.Fatalf("fast path took a document the strict reader refuses (%v):\n%s", err, data)
 	}
@@ -148,7 +138,7 @@ func FuzzParseRoster(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkRosterReadersAgree(t, data)
-		r, err := spec.ParseRoster(data)
+		r, err := specjson.ParseRoster(data)
 		if (r == nil) == (err == nil) {
 			t.Fatalf("ParseRoster = %v, %v: want exactly one of them", r, err)
 		}

@@ -1,4 +1,4 @@
-package spec
+package specjson
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
+	"github.com/meshhost/meshhost/spec"
 )
 
 // decodeRosterFast reads a roster document that has nothing wrong with it
@@ -18,7 +19,7 @@ import (
 // reader. Nothing is allocated in one large piece: in a virtual machine the
 // first touch of a fresh page costs over 10 µs, and a 5 MB copy or a
 // pre-sized map faulted in at once held the only CPU for 50 ms during a
-// swap; block by block, the reader yields between faults (package yield).
+// swap; block by block, the reader yields between faults (y).
 //
 // It reports false for anything else (a fault, an escape in a string, a
 // duplicate, a name written twice in two cases, a repeated address...), and
@@ -26,9 +27,9 @@ import (
 // every fault. So the fast path decides nothing on its own: it accepts only
 // documents the strict reader accepts, and returns the same roster for them
 // (FuzzParseRoster checks both).
-func decodeRosterFast(data []byte) (*Roster, bool) {
-	d := fastDecoder{b: data}
-	r := &Roster{Names: map[string][]netip.Addr{}}
+func decodeRosterFast(data []byte, y *yield.Yielder) (*spec.Roster, bool) {
+	d := fastDecoder{b: data, y: y}
+	r := &spec.Roster{Names: map[string][]netip.Addr{}}
 	var seenGen, seenZones, seenNames bool
 	if !d.byte('{') {
 		return nil, false
@@ -83,7 +84,7 @@ type fastDecoder struct {
 	pos     int
 	nameBlk []byte       // the current block names are copied into
 	addrs   []netip.Addr // the current block address lists are taken from
-	y       yield.Yielder
+	y       *yield.Yielder
 }
 
 func (d *fastDecoder) space() {
@@ -169,8 +170,8 @@ func (d *fastDecoder) zones() ([]string, bool) {
 		if !ok {
 			return nil, false
 		}
-		z := CanonicalName(string(zb))
-		if CheckName(z) != nil || slices.Contains(zones, z) {
+		z := spec.CanonicalName(string(zb))
+		if spec.CheckName(z) != nil || slices.Contains(zones, z) {
 			return nil, false
 		}
 		zones = append(zones, z)
@@ -202,13 +203,13 @@ func (d *fastDecoder) names(m map[string][]netip.Addr) bool {
 		if isCanonical(nb) {
 			// Looked at in place (CheckName keeps nothing of a valid name),
 			// copied into a block once known good.
-			if _, dup := m[string(nb)]; dup || CheckName(transient(nb)) != nil {
+			if _, dup := m[string(nb)]; dup || spec.CheckName(transient(nb)) != nil {
 				return false
 			}
 			name = d.keep(nb)
 		} else {
-			name = CanonicalName(string(nb))
-			if _, dup := m[name]; dup || CheckName(name) != nil {
+			name = spec.CanonicalName(string(nb))
+			if _, dup := m[name]; dup || spec.CheckName(name) != nil {
 				return false
 			}
 		}

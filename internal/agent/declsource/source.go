@@ -1,7 +1,7 @@
 // Package declsource receives the machine's declaration: from a file or a
 // directory watched for changes, and from an HTTP endpoint the controller
 // pushes to, on a unix socket or a loopback address only. Every document is
-// parsed strictly by spec.ParseDeclaration; a faulty one is refused whole and
+// parsed strictly by specjson.ParseDeclaration; a faulty one is refused whole and
 // the previous declaration stays in force.
 package declsource
 
@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // ErrStale is returned for a declaration whose generation is not newer than
@@ -30,6 +31,7 @@ var ErrStale = errors.New("declaration generation is not newer than the one in f
 type Source struct {
 	logger  *slog.Logger
 	machine string // declarations for any other machine are refused
+	reader  specjson.Reader
 	changed chan struct{}
 
 	// mu guards the fields below.
@@ -39,17 +41,33 @@ type Source struct {
 	origin  string // where current came from: a path, or "push"
 }
 
-// New returns a Source for the named machine ("" accepts any machine's
-// declaration). initial, if not nil, is in force until a newer one arrives
-// (the agent passes the declaration it saved last time).
-func New(logger *slog.Logger, machine string, initial *spec.Declaration) *Source {
+// Config is what a Source needs; the zero Config accepts any machine's
+// declarations.
+type Config struct {
+	// Machine names this machine: declarations for another are refused.
+	// Empty accepts any machine's.
+	Machine string
+	// Initial, if not nil, is in force until a newer one arrives (the
+	// agent passes the declaration it saved last time).
+	Initial *spec.Declaration
+	// Reader parses every document; its Busy lets a large roster's parse
+	// step aside for the in-process resolver's queries.
+	Reader specjson.Reader
+	// Logger receives what the Source accepts and refuses; nil discards.
+	Logger *slog.Logger
+}
+
+// New returns a Source for cfg.
+func New(cfg Config) *Source {
+	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if initial != nil && machine != "" && initial.Machine != machine {
+	initial := cfg.Initial
+	if initial != nil && cfg.Machine != "" && initial.Machine != cfg.Machine {
 		initial = nil // saved for another machine name: not ours to apply
 	}
-	return &Source{logger: logger.With("component", "declsource"), machine: machine, changed: make(chan struct{}, 1), current: initial}
+	return &Source{logger: logger.With("component", "declsource"), machine: cfg.Machine, reader: cfg.Reader, changed: make(chan struct{}, 1), current: initial}
 }
 
 // Current returns the declaration in force (nil before the first) and where
@@ -74,7 +92,7 @@ func (s *Source) Changed() <-chan struct{} { return s.changed }
 // Offer parses data and puts it in force if it is valid and newer. The error
 // names every fault; on error nothing changes.
 func (s *Source) Offer(data []byte, origin string) (*spec.Declaration, error) {
-	d, err := spec.ParseDeclaration(data)
+	d, err := s.reader.ParseDeclaration(data)
 	if err != nil {
 		return nil, err
 	}

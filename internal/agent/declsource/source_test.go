@@ -20,7 +20,7 @@ func doc(gen int, image string) string {
 }
 
 func TestOffer(t *testing.T) {
-	s := New(nil, "", nil)
+	s := New(Config{})
 	if _, err := s.Offer([]byte(doc(2, "busybox")), "test"); err != nil {
 		t.Fatalf("Offer(valid) = %v", err)
 	}
@@ -33,7 +33,7 @@ func TestOffer(t *testing.T) {
 	if _, err := s.Offer([]byte(doc(2, "busybox")), "test"); err != nil {
 		t.Errorf("Offer(same generation again) = %v, want nil", err)
 	}
-	other := New(nil, "novox", nil)
+	other := New(Config{Machine: "novox"})
 	if _, err := other.Offer([]byte(doc(9, "busybox")), "test"); err == nil || !strings.Contains(err.Error(), `machine: "ace" is another machine`) {
 		t.Errorf("Offer(declaration for ace) on novox = %v, want a refusal naming the machine", err)
 	}
@@ -49,7 +49,7 @@ func TestWatchPath(t *testing.T) {
 	if err := os.WriteFile(path, []byte(doc(1, "a")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := New(nil, "", nil)
+	s := New(Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -90,7 +90,7 @@ func waitFor(t *testing.T, s *Source, gen uint64) {
 }
 
 func TestHandler(t *testing.T) {
-	s := New(nil, "", nil)
+	s := New(Config{})
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	put := func(body string) (int, map[string]any) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // DeclarationEntry records one declaration the machine applied.
@@ -22,7 +23,7 @@ type DeclarationEntry struct {
 	// before this one.
 	RosterDiff Diff `json:"roster_diff"`
 	// Declaration is the whole declaration, in the format
-	// spec.ParseDeclaration reads.
+	// specjson.ParseDeclaration reads.
 	Declaration json.RawMessage `json:"declaration"`
 }
 
@@ -96,7 +97,7 @@ func (j *Journal) declaration(gen uint64) (*spec.Declaration, error) {
 	if err := j.read(declarationsDir, gen, &e); err != nil {
 		return nil, fmt.Errorf("declaration %d: %w", gen, err)
 	}
-	d, err := spec.ParseDeclaration(e.Declaration)
+	d, err := specjson.ParseDeclaration(e.Declaration)
 	if err != nil {
 		return nil, fmt.Errorf("declaration %d in the journal: %w", gen, err)
 	}

@@ -9,14 +9,14 @@
 // so the scheduler polls the network and runs the readers first.
 //
 // A sleep costs up to a millisecond when nothing is ready (the poller waits
-// in whole milliseconds), so a Yielder parks only when a watched source says
-// work is waiting (the resolver watches its UDP sockets' receive queues).
-// With nothing watched, it never parks.
+// in whole milliseconds), so a Yielder parks only when its Pending says work
+// is waiting. The owner of that work passes it in: the resolver's says
+// whether a query waits in one of its UDP sockets' receive queues
+// (resolver.Server.Busy). Without one, a Yielder never parks. There is no
+// registry: a computation steps aside only for the work it was told about.
 package yield
 
 import (
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -32,18 +32,28 @@ const nap = 10 * time.Microsecond
 // checkEvery is how many Maybe calls pass between two looks at the clock.
 const checkEvery = 32
 
-// Yielder tracks when its computation last looked. The zero value is ready
-// to use; it is not safe for concurrent use.
+// Yielder tracks when its computation last looked. The zero value, and a
+// nil *Yielder, never park; it is not safe for concurrent use: each
+// computation makes its own.
 type Yielder struct {
+	// Pending reports whether work is waiting that the computation should
+	// step aside for, e.g. a datagram in a socket's receive queue. It must
+	// be cheap (it is called every 50µs during a computation) and safe for
+	// concurrent use. Nil: nothing is ever waiting.
+	Pending func() bool
+
 	last   time.Time
 	calls  uint32
 	parked int // times it slept, for tests
 }
 
-// Maybe parks the goroutine briefly when a watched source has work waiting
-// and it has been 50µs since the last look. Call it once per step of a
+// Maybe parks the goroutine briefly when Pending says work is waiting and
+// it has been 50µs since the last look. Call it once per step of a
 // loop; between looks at the clock it costs an increment.
 func (y *Yielder) Maybe() {
+	if y == nil || y.Pending == nil {
+		return
+	}
 	y.calls++
 	if y.calls%checkEvery != 0 {
 		return
@@ -53,7 +63,7 @@ func (y *Yielder) Maybe() {
 		return
 	}
 	y.last = now
-	if waiting() {
+	if y.Pending() {
 		time.Sleep(nap)
 		y.parked++
 	}
@@ -64,57 +74,4 @@ func (y *Yielder) Maybe() {
 func (y *Yielder) Now() {
 	y.calls = checkEvery - 1
 	y.Maybe()
-}
-
-// watched holds the sources, copied on write: Maybe reads it without a lock.
-var (
-	watchMu sync.Mutex
-	watched atomic.Pointer[[]*source]
-)
-
-type source struct{ pending func() bool }
-
-// Watch adds a source: pending reports whether work is waiting that long
-// computations should step aside for, e.g. a datagram in a socket's receive
-// queue. It must be cheap (it is called every 50µs during a computation)
-// and safe for concurrent use. The returned func removes the source.
-func Watch(pending func() bool) (unwatch func()) {
-	src := &source{pending}
-	watchMu.Lock()
-	defer watchMu.Unlock()
-	var list []*source
-	if cur := watched.Load(); cur != nil {
-		list = append(list, *cur...)
-	}
-	list = append(list, src)
-	watched.Store(&list)
-	return func() {
-		watchMu.Lock()
-		defer watchMu.Unlock()
-		cur := watched.Load()
-		if cur == nil {
-			return
-		}
-		var list []*source
-		for _, s := range *cur {
-			if s != src {
-				list = append(list, s)
-			}
-		}
-		watched.Store(&list)
-	}
-}
-
-// waiting reports whether any watched source has work waiting.
-func waiting() bool {
-	cur := watched.Load()
-	if cur == nil {
-		return false
-	}
-	for _, s := range *cur {
-		if s.pending() {
-			return true
-		}
-	}
-	return false
 }
