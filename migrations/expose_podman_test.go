@@ -28,7 +28,7 @@ func TestExposerNetworkRemovedPodman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := probeRuntime{Runtime: p}
+	rt := p
 	gone, kept := h.Network("gone", "--disable-dns"), h.Network("kept", "--disable-dns")
 	srv, err := resolver.New(resolver.Config{Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {

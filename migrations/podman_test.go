@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/dnsstub"
-	"github.com/meshhost/meshhost/internal/podmannet"
 	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"
@@ -36,9 +35,6 @@ const (
 )
 
 var outsideAddr = netip.MustParseAddr("192.0.2.80")
-
-// probeRuntime is what the agent wires.
-type probeRuntime = podmannet.Runtime
 
 var (
 	buildOnce sync.Once
@@ -103,7 +99,7 @@ func nodeLocal(t *testing.T) netip.Addr {
 
 type env struct {
 	h      *podmantest.Harness
-	rt     probeRuntime
+	rt     *podman.Runtime
 	image  string
 	nets   map[string]migrations.Network
 	node   netip.Addr
@@ -126,7 +122,7 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{h: h, rt: probeRuntime{Runtime: p}, node: nodeLocal(t), stub: stubUpstream(t)}
+	e := &env{h: h, rt: p, node: nodeLocal(t), stub: stubUpstream(t)}
 	start := time.Now()
 	e.image, err = migrations.ProbeImage(ctx, p, probeBinary(t))
 	if err != nil {

@@ -22,14 +22,14 @@ import (
 	"github.com/meshhost/meshhost/spec"
 )
 
-// Runtime is what a Runner needs of the container runtime. The agent wraps
-// reconcile/podman's Runtime (whose Networks and Version return podman's
-// own types) to give it.
+// Runtime is what a Runner needs of the container runtime;
+// reconcile/podman's Runtime has it.
 type Runtime interface {
 	// Networks lists the runtime's networks.
 	Networks(ctx context.Context) ([]Network, error)
-	// Version is the runtime's version, for the report ("podman 4.3.1").
-	Version(ctx context.Context) (string, error)
+	// RuntimeVersion names the runtime and its version, for the report
+	// ("podman 4.3.1").
+	RuntimeVersion(ctx context.Context) (string, error)
 	// RunOnce creates a container with exactly the settings r, runs it to
 	// completion and returns its exit code and output; the container is
 	// removed on every path.
@@ -207,7 +207,7 @@ func (r *Runner) Probe(ctx context.Context, nets []Network, prefer map[string]St
 	if len(nets) > 0 {
 		r.Sweep(ctx)
 	}
-	version, verr := r.cfg.Runtime.Version(ctx)
+	version, verr := r.cfg.Runtime.RuntimeVersion(ctx)
 	if verr != nil {
 		version = "unknown (" + verr.Error() + ")"
 	}

@@ -124,11 +124,11 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		if err != nil {
 			return 1, err
 		}
-		rt, nets, inPlace = p, probeRuntime{Runtime: p}, updates
+		rt, nets, inPlace = p, p, updates
 		// Probe containers an agent killed mid-probe left behind, before
 		// this one probes anything.
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		if _, err := migrations.SweepProbes(sctx, probeRuntime{Runtime: p}, *machine, logger); err != nil {
+		if _, err := migrations.SweepProbes(sctx, p, *machine, logger); err != nil {
 			logger.Warn("sweeping probe containers left behind", "err", err)
 		}
 		cancel()
@@ -169,7 +169,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 			}
 			migrations.PruneProbeImages(ctx, p, image, logger) // logs what it removes, and what it cannot
 			return migrations.NewRunner(migrations.RunnerConfig{
-				Runtime: probeRuntime{Runtime: p}, Exposer: exposer, Image: image, Zone: zone,
+				Runtime: p, Exposer: exposer, Image: image, Zone: zone,
 				Outside: outside, OutsideWant: outsideWant, Logger: logger,
 				Owner: *machine,
 			})

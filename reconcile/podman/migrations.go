@@ -1,44 +1,26 @@
-// Package podmannet gives the migration gate the podman runtime in its own
-// terms: networks and version as package migrations defines them, so that
-// migrations never imports the podman bindings (only reconcile/podman does).
-package podmannet
+package podman
 
 import (
 	"context"
 
 	"github.com/meshhost/meshhost/migrations"
-	"github.com/meshhost/meshhost/reconcile/podman"
 )
 
-// Runtime is reconcile/podman's Runtime, with Networks and Version in
-// migrations' terms; it satisfies migrations.Runtime.
-type Runtime struct{ *podman.Runtime }
+// This file is what the migrations need of podman besides the probe's
+// one-shot containers and image (probe.go): the runtime's networks in the
+// migrations' terms (Network is migrations.Network), a version for the
+// probe's report, and the probe containers a killed agent left behind.
+// With it, Runtime is the migrations' runtime as it is the reconciler's.
 
-var _ migrations.Runtime = Runtime{}
+var (
+	_ migrations.Runtime      = (*Runtime)(nil)
+	_ migrations.ImageRuntime = (*Runtime)(nil)
+	_ migrations.ImagePruner  = (*Runtime)(nil)
+)
 
-// reconcile/podman's Runtime prunes probe images itself.
-var _ migrations.ImagePruner = (*podman.Runtime)(nil)
-
-// Networks returns the runtime's networks as migrations.Network values.
-func (p Runtime) Networks(ctx context.Context) ([]migrations.Network, error) {
-	nets, err := p.Runtime.Networks(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]migrations.Network, 0, len(nets))
-	for _, n := range nets {
-		m := migrations.Network{Name: n.Name, Driver: n.Driver, DNSEnabled: n.DNSEnabled, Internal: n.Internal}
-		for _, s := range n.Subnets {
-			m.Subnets = append(m.Subnets, migrations.Subnet{Prefix: s.Prefix, Gateway: s.Gateway})
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-// Version names the runtime and its version, e.g. "podman 4.3.1".
-func (p Runtime) Version(ctx context.Context) (string, error) {
-	v, err := p.Runtime.Version(ctx)
+// RuntimeVersion names the runtime and its version, e.g. "podman 4.3.1".
+func (r *Runtime) RuntimeVersion(ctx context.Context) (string, error) {
+	v, err := r.Version(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -47,8 +29,8 @@ func (p Runtime) Version(ctx context.Context) (string, error) {
 
 // ProbeContainers lists the containers labelled migrations.LabelProbe, in
 // any state.
-func (p Runtime) ProbeContainers(ctx context.Context) ([]migrations.ProbeContainer, error) {
-	list, err := p.Runtime.ListLabelled(ctx, migrations.LabelProbe)
+func (r *Runtime) ProbeContainers(ctx context.Context) ([]migrations.ProbeContainer, error) {
+	list, err := r.ListLabelled(ctx, migrations.LabelProbe)
 	if err != nil {
 		return nil, err
 	}
@@ -61,6 +43,6 @@ func (p Runtime) ProbeContainers(ctx context.Context) ([]migrations.ProbeContain
 
 // RemoveProbeContainer removes a probe container by force, with its
 // anonymous volumes.
-func (p Runtime) RemoveProbeContainer(ctx context.Context, id string) error {
-	return p.Runtime.RemoveOneShot(ctx, id)
+func (r *Runtime) RemoveProbeContainer(ctx context.Context, id string) error {
+	return r.RemoveOneShot(ctx, id)
 }
