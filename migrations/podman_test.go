@@ -207,7 +207,7 @@ func TestProbePodman(t *testing.T) {
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	gate, err := migrations.OpenGate(migrations.GateConfig{Dir: t.TempDir()})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: filepath.Join(t.TempDir(), "migrations.json")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestProbePodman(t *testing.T) {
 	}
 	// Auto from a fresh gate: the internal network with aardvark failed,
 	// so nothing switches.
-	auto, err := migrations.OpenGate(migrations.GateConfig{Dir: t.TempDir()})
+	auto, err := migrations.OpenGate(migrations.GateConfig{Path: filepath.Join(t.TempDir(), "migrations.json")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 9), // 10ms to ~11min
 		}),
 	}
+	// Every kind at 0 from the start, so a dashboard never shows "no data".
+	for _, k := range kinds {
+		m.actions.WithLabelValues(string(k))
+		m.errors.WithLabelValues(string(k))
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -154,7 +154,7 @@ func (p *planner) removals(unmanaged *int) []Action {
 		switch {
 		case declared[name] || aside && declared[base]:
 			continue // the declared container's own action deals with it
-		case ownedBy(o, p.owner):
+		case ManagedBy(*o, p.owner):
 			gone[name] = o
 		default:
 			*unmanaged++

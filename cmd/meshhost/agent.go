@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -23,7 +22,9 @@ import (
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/journal"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/netflag"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -35,20 +36,13 @@ func init() {
 	register(command{name: "agent", summary: "run the host agent: resolver, migration gate and reconcile loop", run: runAgent})
 }
 
-// Files and directories of the agent's state directory.
-const (
-	rosterStateFile    = "roster.json"     // the resolver's last good roster
-	reconcileStateFile = "reconciler.json" // replacement budget and adoptions
-	journalDir         = "journal"
-)
-
 func runAgent(ctx context.Context, env *environment, args []string) (int, error) {
 	fs := newFlagSet(env, "agent")
 	declPath := fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes")
 	push := fs.String("push", "", "the controller's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock; \"off\" disables it)")
 	httpAddr := fs.String("http", "127.0.0.1:9469", "where /metrics and /healthz are served (\"off\" disables them)")
 	machine := fs.String("machine", defaultMachine(), "this machine's name in the mesh: declarations for another machine are refused, and only containers it created are ever removed")
-	stateDir := fs.String("state", "/var/lib/meshhost", "state directory: saved declaration and roster, migration state, journal")
+	stateDir := fs.String("state", statedir.Default, "state directory: saved declaration and roster, migration state, journal")
 	runtimeKind := fs.String("runtime", "podman", "container runtime: podman, or memory (embedded, for trying the agent out)")
 	socket := fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)")
 	interval := fs.Duration("interval", 30*time.Second, "time between periodic passes")
@@ -58,11 +52,12 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	probeBinary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
 	probeOutside := fs.String("probe-outside", "", "a name outside the mesh the probe must resolve through the resolver's forwarding, as NAME or NAME=ADDR; required before any network can switch to the resolver")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	var upstreams, listens addrList
-	var allow prefixList
-	fs.Var(&upstreams, "upstream", "upstream DNS server `ip:port` for names outside the mesh (repeatable; default: /etc/resolv.conf)")
-	fs.Var(&listens, "listen", "extra resolver listen `ip:port` (repeatable), e.g. 127.0.0.1:53 for the host itself")
-	fs.Var(&allow, "allow", "extra resolver client `CIDR` (repeatable); probed container networks and loopback are always allowed")
+	var upstreams netflag.Upstreams
+	var listens netflag.AddrPorts
+	var allow netflag.Prefixes
+	fs.Var(&upstreams, "upstream", "upstream DNS server `ADDR[,ADDR...]` (ip or ip:port) for names outside the mesh; repeatable (default: /etc/resolv.conf)")
+	fs.Var(&listens, "listen", "extra resolver listen `ADDR[,ADDR...]` (ip:port); repeatable, e.g. 127.0.0.1:53 for the host itself")
+	fs.Var(&allow, "allow", "extra resolver client `CIDR[,CIDR...]` (or address); repeatable; probed container networks and loopback are always allowed")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
@@ -71,8 +66,9 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		return 2, fmt.Errorf("--log-level: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
-	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
-		return 1, fmt.Errorf("state directory: %w", err)
+	dir := statedir.New(*stateDir)
+	if err := dir.Create(); err != nil {
+		return 1, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -81,7 +77,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	// controller or the runtime answer anything.
 	srv, err := resolver.New(resolver.Config{
 		Logger: logger, Registerer: reg, Upstreams: upstreams, Allow: allow,
-		StatePath: filepath.Join(*stateDir, rosterStateFile),
+		StatePath: dir.Roster(),
 		Forbidden: resolver.PodmanDNSGuard(),
 	})
 	if err != nil {
@@ -97,7 +93,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		logger.Info("serving the saved roster", "generation", r.Generation, "names", len(r.Names))
 	}
 
-	saved, err := agent.LoadDeclaration(*stateDir)
+	saved, err := agent.LoadDeclaration(dir)
 	if err != nil {
 		return 1, err
 	}
@@ -178,24 +174,24 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		return 2, fmt.Errorf("--runtime %q: want podman or memory", *runtimeKind)
 	}
 
-	gate, err := migrations.OpenGate(migrations.GateConfig{Dir: *stateDir, Logger: logger, Registerer: reg})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: *machine, Logger: logger, Registerer: reg})
 	if err != nil {
 		return 1, err
 	}
-	jnl, err := journal.Open(filepath.Join(*stateDir, journalDir), journal.Options{})
+	jnl, err := journal.Open(dir.Journal(), journal.Options{})
 	if err != nil {
 		return 1, err
 	}
 	rec, saveState, err := openReconciler(reconcile.Config{
-		Runtime: rt, Owner: *machine, NoInPlaceUpdates: !inPlace, Logger: logger, Registerer: reg, Journal: jnl,
+		Runtime: rt, Owner: *machine, NoInPlaceUpdates: !inPlace, Logger: logger, Registerer: reg,
 		Budget: reconcile.Budget{Max: *budget, Window: *window},
-	}, filepath.Join(*stateDir, reconcileStateFile), logger)
+	}, dir.Reconciler(), logger)
 	if err != nil {
 		return 1, err
 	}
 	acfg := agent.Config{
 		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source,
-		Networks: nets, NewProber: newProber, Journal: jnl, StateDir: *stateDir, SavedGeneration: savedGen,
+		Networks: nets, NewProber: newProber, Journal: jnl, State: dir, SavedGeneration: savedGen,
 		Interval: *interval, Logger: logger, Registerer: reg,
 		AfterPass: func(*agent.Report) { saveState() },
 	}
@@ -214,7 +210,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	if *push != "off" {
 		addr := *push
 		if addr == "" {
-			addr = "unix:" + filepath.Join(*stateDir, "push.sock")
+			addr = "unix:" + dir.PushSocket()
 		}
 		l, err := declsource.Listen(addr)
 		if err != nil {
@@ -230,17 +226,8 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-			if err := a.Health(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprintln(w, "ok")
-		})
-		mux.HandleFunc("/v1/report", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(a.LastReport())
-		})
+		mux.Handle("/healthz", a.Handler()) // neither waits for a pass in progress
+		mux.Handle("/v1/report", a.Handler())
 		logger.Info("metrics and health", "addr", l.Addr().String())
 		g.Go(func() error { return serveHTTP(gctx, l, mux) })
 	}

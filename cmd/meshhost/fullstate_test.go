@@ -20,6 +20,7 @@ import (
 	"codeberg.org/miekg/dns"
 
 	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/testkit/dnstest"
 	"github.com/meshhost/meshhost/internal/testkit/fullfs"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
@@ -63,8 +64,8 @@ func TestAgentFullStateDir(t *testing.T) {
 		return code == http.StatusOK && strings.Contains(logs.String(), `msg="declaration applied"`) && lookup(dnsAddr, "n1.internal.") == "10.2.0.1"
 	})
 	files := fullfs.Snapshot(t, state)
-	for _, f := range []string{agent.DeclarationFile, rosterStateFile} {
-		if _, ok := files[filepath.Join(state, f)]; !ok {
+	for _, f := range []string{statedir.New(state).Declaration(), statedir.New(state).Roster()} {
+		if _, ok := files[f]; !ok {
 			t.Fatalf("no %s in the state directory: %v", f, slices.Collect(maps.Keys(files)))
 		}
 	}
@@ -82,7 +83,7 @@ func TestAgentFullStateDir(t *testing.T) {
 	}
 
 	// A new declaration: every pass fails, clearly, and touches nothing.
-	declPath := filepath.Join(state, agent.DeclarationFile)
+	declPath := statedir.New(state).Declaration()
 	if err := push(fsDecl(2, 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestAgentFullStateDir(t *testing.T) {
 	}
 	eventually(t, "generation 2 is applied once space is back", 20*time.Second, func() bool {
 		code, _ := healthzOf(httpAddr)
-		d, _ := agent.LoadDeclaration(state)
+		d, _ := agent.LoadDeclaration(statedir.New(state))
 		return code == http.StatusOK && d != nil && d.Generation == 2 && lookup(dnsAddr, "n2.internal.") == "10.2.0.2"
 	})
 	select {
@@ -172,7 +173,7 @@ func fsCheckState(t *testing.T, state string, files map[string]string, gen uint6
 			t.Errorf("%s appeared on a full disk", p)
 		}
 	}
-	if d, err := agent.LoadDeclaration(state); err != nil || d == nil || d.Generation != gen {
+	if d, err := agent.LoadDeclaration(statedir.New(state)); err != nil || d == nil || d.Generation != gen {
 		t.Errorf("the saved declaration: %v, %v; want generation %d", d, err, gen)
 	}
 	if tmps := fullfs.TempFiles(t, state); len(tmps) != 0 {
@@ -186,7 +187,7 @@ func fsCheckState(t *testing.T, state string, files map[string]string, gen uint6
 // again.
 func TestReconcileStateOnFullDisk(t *testing.T) {
 	dir := fullfs.Mount(t, 256<<10)
-	path := filepath.Join(dir, reconcileStateFile)
+	path := statedir.New(dir).Reconciler()
 	rec, err := reconcile.New(reconcile.Config{Runtime: memory.New(memory.Options{}), Owner: "full"})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/dnsstub"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"
@@ -101,7 +102,7 @@ Exit 0 when every network passed, 3 when one failed.`)
 	var prefer map[string]migrations.Strategy
 	var gate *migrations.Gate
 	if *stateDir != "" {
-		if gate, err = migrations.OpenGate(migrations.GateConfig{Dir: *stateDir}); err != nil {
+		if gate, err = migrations.OpenGate(migrations.GateConfig{Path: statedir.New(*stateDir).Migrations()}); err != nil {
 			return 1, err
 		}
 		prefer = gate.Strategies()

@@ -29,6 +29,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meshhost_agent_roster_held", Help: "1 while a declared roster is held for dropping too many names at once.",
 		}),
 	}
+	m.passes.WithLabelValues("ok") // both results at 0 from the start
+	m.passes.WithLabelValues("error")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld} {
 			if err := reg.Register(c); err != nil {
