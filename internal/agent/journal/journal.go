@@ -86,9 +86,6 @@ func Open(dir string, opts Options) (*Journal, error) {
 	return j, nil
 }
 
-// Dir returns the journal's directory.
-func (j *Journal) Dir() string { return j.dir }
-
 // keys returns the numbers naming the entries of sub, in order.
 func (j *Journal) keys(sub string) ([]uint64, error) {
 	des, err := os.ReadDir(filepath.Join(j.dir, sub))

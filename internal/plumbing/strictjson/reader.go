@@ -42,9 +42,6 @@ type Object struct {
 	report  *Report
 }
 
-// Path is the object's own path.
-func (o *Object) Path() string { return o.path }
-
 // Field returns the member named key and its path, marking it known.
 func (o *Object) Field(key string) (v Value, path string, ok bool) {
 	o.used[key] = true
