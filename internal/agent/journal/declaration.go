@@ -67,7 +67,7 @@ func (j *Journal) RecordDeclaration(d *spec.Declaration, at time.Time) (Declarat
 	if d.Roster != nil {
 		e.RosterGeneration = d.Roster.Generation
 	}
-	return e, j.write(declarationsDir, d.Generation, e)
+	return e, j.writeLocked(declarationsDir, d.Generation, e)
 }
 
 // Declarations returns every declaration entry held, oldest first.

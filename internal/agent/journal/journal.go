@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 )
 
 // Version is the format of the journal's entries.
@@ -110,9 +111,10 @@ func (j *Journal) path(sub string, key uint64) string {
 	return filepath.Join(j.dir, sub, fmt.Sprintf("%020d.json", key))
 }
 
-// write stores v as the entry key of sub, atomically, and prunes the oldest
-// entries beyond Keep. mu must be held.
-func (j *Journal) write(sub string, key uint64, v any) error {
+// writeLocked stores v as the entry key of sub, atomically, and prunes the
+// oldest entries beyond Keep.
+func (j *Journal) writeLocked(sub string, key uint64, v any) error {
+	syncs.AssertLocked(&j.mu)
 	// Compact: indenting would also indent an embedded declaration, and
 	// with it a roster of 100,000 names.
 	data, err := json.Marshal(v)

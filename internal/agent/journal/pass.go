@@ -34,7 +34,7 @@ func (j *Journal) RecordPass(p PassEntry) (PassEntry, error) {
 	defer j.mu.Unlock()
 	p.Version, p.Seq = Version, j.nextSeq
 	p.Time = p.Time.UTC()
-	if err := j.write(passesDir, p.Seq, p); err != nil {
+	if err := j.writeLocked(passesDir, p.Seq, p); err != nil {
 		return PassEntry{}, err
 	}
 	j.nextSeq++
