@@ -4,7 +4,7 @@
 // a full disk.
 //
 // Mounting needs root (CAP_SYS_ADMIN). Without it the tests skip, except
-// under CI=true, where they fail (the pattern of internal/podmantest).
+// under CI=true, where they fail (the pattern of internal/testkit/podmantest).
 package fullfs
 
 import (
