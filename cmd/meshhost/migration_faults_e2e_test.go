@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/migrations"
@@ -338,7 +339,7 @@ func TestAgentSIGKILLMidMigration(t *testing.T) {
 	}
 	gateState := func() *migrations.State {
 		t.Helper()
-		st, err := migrations.LoadState(state)
+		st, err := migrations.LoadState(statedir.New(state).Migrations())
 		if err != nil {
 			t.Fatal(err)
 		}
