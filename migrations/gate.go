@@ -10,21 +10,26 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/meshhost/meshhost/digest"
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
 )
 
-// GateConfig is what a Gate needs. Dir is required.
+// GateConfig is what a Gate needs. Path is required.
 type GateConfig struct {
-	// Dir holds the state file (StateFile) and its lock.
-	Dir        string
+	// Path is the gate's state file (the agent's is its state directory's
+	// migrations.json); its lock is Path+".lock", beside it.
+	Path string
+	// Owner is the owner of the reconciler whose containers the gate
+	// judges (reconcile.Config.Owner; the agent's machine name): only
+	// their record labels say which mode a container runs in.
+	Owner      string
 	Logger     *slog.Logger
 	Registerer prometheusRegisterer
 	// Now is the gate's clock. Nil: time.Now.
@@ -81,11 +86,11 @@ type fileStamp struct {
 	size int64
 }
 
-// OpenGate reads the gate's state from cfg.Dir (a fresh state when there is
-// none yet).
+// OpenGate reads the gate's state from cfg.Path (a fresh state when there
+// is none yet).
 func OpenGate(cfg GateConfig) (*Gate, error) {
-	if cfg.Dir == "" {
-		return nil, errors.New("migrations: GateConfig.Dir is required")
+	if cfg.Path == "" {
+		return nil, errors.New("migrations: GateConfig.Path is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -111,7 +116,7 @@ func OpenGate(cfg GateConfig) (*Gate, error) {
 	return g, nil
 }
 
-func (g *Gate) path() string { return filepath.Join(g.cfg.Dir, StateFile) }
+func (g *Gate) path() string { return g.cfg.Path }
 
 func stampOf(path string) fileStamp {
 	fi, err := os.Stat(path)
@@ -124,11 +129,12 @@ func stampOf(path string) fileStamp {
 // refreshLocked reads the state file again if it changed since the gate
 // last read or wrote it.
 func (g *Gate) refreshLocked(force bool) error {
+	syncs.AssertLocked(&g.mu)
 	st := stampOf(g.path())
 	if !force && g.state != nil && st == g.stamp {
 		return nil
 	}
-	s, err := LoadState(g.cfg.Dir)
+	s, err := LoadState(g.cfg.Path)
 	if err != nil {
 		return err
 	}
@@ -150,12 +156,12 @@ func (g *Gate) view() *State {
 func (g *Gate) update(fn func(s *State) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	unlock, err := lockDir(g.cfg.Dir)
+	unlock, err := lockFile(g.cfg.Path + ".lock")
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	s, err := LoadState(g.cfg.Dir)
+	s, err := LoadState(g.cfg.Path)
 	if err != nil {
 		return err
 	}
@@ -167,7 +173,7 @@ func (g *Gate) update(fn func(s *State) error) error {
 	// Nothing changed (the agent observes the same networks every pass):
 	// nothing to write, so a full disk fails no pass that changes nothing.
 	if after, _ := json.Marshal(s); !bytes.Equal(before, after) || stampOf(g.path()) == (fileStamp{}) {
-		if err := s.save(g.cfg.Dir); err != nil {
+		if err := s.save(g.cfg.Path); err != nil {
 			return err
 		}
 	}
@@ -454,7 +460,7 @@ func (g *Gate) Mode(networks []string, current *spec.Rendered) spec.Mode {
 // Modes returns the name mode of every container, by name. observed is what
 // the runtime reports (one List), to read the mode each container runs in.
 func (g *Gate) Modes(containers []spec.Container, observed []reconcile.Observed) map[string]spec.Mode {
-	cur := currentModes(observed)
+	cur := currentModes(observed, g.cfg.Owner)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.view()
@@ -473,12 +479,12 @@ func networkNames(c spec.Container) []string {
 	return out
 }
 
-// currentModes reads the settings each managed container was created with
-// from its record label.
-func currentModes(observed []reconcile.Observed) map[string]*spec.Rendered {
+// currentModes reads the settings each container owner manages was created
+// with from its record label.
+func currentModes(observed []reconcile.Observed, owner string) map[string]*spec.Rendered {
 	out := map[string]*spec.Rendered{}
 	for _, o := range observed {
-		if o.Labels[reconcile.LabelManaged] != "true" {
+		if !reconcile.ManagedBy(o, owner) {
 			continue
 		}
 		r, err := digest.ParseRecord(o.Labels[digest.LabelRecord])

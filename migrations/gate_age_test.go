@@ -1,6 +1,7 @@
 package migrations
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func TestStaleProofDoesNotSwitch(t *testing.T) {
 			t.Run(tc.name+"/"+string(flag), func(t *testing.T) {
 				dir := t.TempDir()
 				clk := &fakeClock{t0}
-				g, err := OpenGate(GateConfig{Dir: dir, Now: clk.Now, MaxProofAge: tc.maxAge})
+				g, err := OpenGate(GateConfig{Path: filepath.Join(dir, stateFile), Now: clk.Now, MaxProofAge: tc.maxAge})
 				mustDo(t, err)
 				_, err = g.Observe([]Network{defaultNet})
 				mustDo(t, err)

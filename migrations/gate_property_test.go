@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -100,7 +101,7 @@ func TestGateNeverUnproven(t *testing.T) {
 	for seed := range uint64(seeds) {
 		rng := rand.New(rand.NewPCG(seed, 17))
 		clk := &fakeClock{t0}
-		g, err := OpenGate(GateConfig{Dir: t.TempDir(), Now: clk.Now})
+		g, err := OpenGate(GateConfig{Path: filepath.Join(t.TempDir(), stateFile), Now: clk.Now})
 		mustDo(t, err)
 		type ctr struct {
 			nets []string

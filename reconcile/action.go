@@ -46,6 +46,9 @@ const (
 	Conflict Kind = "conflict"
 )
 
+// kinds lists every Kind, for the metrics' labels.
+var kinds = []Kind{Keep, Create, Start, Update, Replace, Remove, Adopt, Resume, Rollback, Conflict}
+
 // Action is one step of a Plan, for one container name.
 type Action struct {
 	Kind Kind

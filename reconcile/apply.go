@@ -44,11 +44,6 @@ func (r *Reconciler) Apply(ctx context.Context, p *Plan) (*Result, error) {
 	res.Duration = r.now().Sub(start)
 	r.metrics.passDuration.Observe(res.Duration.Seconds())
 	r.metrics.budgetUsed.Set(float64(len(r.BudgetUsed())))
-	if r.cfg.Journal != nil {
-		if err := r.record(res); err != nil {
-			r.log.Warn("recording the pass in the journal", "err", err)
-		}
-	}
 	return res, res.Err()
 }
 

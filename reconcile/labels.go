@@ -11,8 +11,8 @@ import (
 // Labels meshhost puts on every container it creates, besides
 // digest.LabelDigest and digest.LabelRecord. A container is managed by a
 // Reconciler exactly when it carries LabelManaged="true" and LabelOwner equal
-// to the Reconciler's Config.Owner (or was adopted by it): only managed
-// containers are ever stopped, replaced or removed.
+// to the Reconciler's Config.Owner (ManagedBy), or was adopted by it: only
+// managed containers are ever stopped, replaced or removed.
 const (
 	LabelManaged = spec.LabelPrefix + "managed"
 	// LabelOwner names the reconciler owning the container (the agent sets
@@ -62,7 +62,7 @@ func identityOf(o *Observed, adopted map[string]Adoption, owner string) identity
 		return identity{managed: true, digest: a.Digest, record: a.Record}
 	}
 	return identity{
-		managed: ownedBy(o, owner),
+		managed: ManagedBy(*o, owner),
 		digest:  o.Labels[digest.LabelDigest],
 		record:  o.Labels[digest.LabelRecord],
 	}
@@ -76,7 +76,10 @@ func dependsOnLabel(o *Observed) []string {
 	return strings.Split(s, ",")
 }
 
-// ownedBy reports whether o is a managed container of owner's.
-func ownedBy(o *Observed, owner string) bool {
+// ManagedBy reports whether o carries the labels of a container the
+// Reconciler of owner (Config.Owner; empty is an owner too) created:
+// LabelManaged="true" and LabelOwner=owner. It is the one test of
+// ownership: the planner, the migration gate and the demo all use it.
+func ManagedBy(o Observed, owner string) bool {
 	return o.Labels[LabelManaged] == "true" && o.Labels[LabelOwner] == owner
 }

@@ -50,6 +50,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Actions and inspections that panicked (a bug); each failed the action alone, with the panic as its error.",
 		}),
 	}
+	// Every kind at 0 from the start, so a dashboard never shows "no data".
+	for _, k := range kinds {
+		m.actions.WithLabelValues(string(k))
+		m.errors.WithLabelValues(string(k))
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -156,7 +156,7 @@ func (p *planner) removals(unmanaged *int) []Action {
 		switch {
 		case declared[name] || aside && declared[base] && p.aside(base) != nil:
 			continue // the declared container's own action deals with it
-		case ownedBy(o, p.owner):
+		case ManagedBy(*o, p.owner):
 			gone[name] = o
 		default:
 			*unmanaged++

@@ -11,6 +11,7 @@ import (
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // pass is what a pass asks of Render and Plan for a declaration: each
@@ -79,10 +80,10 @@ func TestPassRefusalsCaughtAtParse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = spec.ParseDeclaration(doc)
+			_, err = specjson.ParseDeclaration(doc)
 			var fe *spec.FieldError
 			if !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.path+": ") {
-				t.Errorf("ParseDeclaration(%s) = %v, want a *spec.FieldError at %s", doc, err, tc.path)
+				t.Errorf("specjson.ParseDeclaration(%s) = %v, want a *spec.FieldError at %s", doc, err, tc.path)
 			}
 		})
 	}
@@ -106,7 +107,7 @@ func FuzzParsedDeclarationPasses(f *testing.F) {
 	f.Add([]byte(`{"schema": 1, "machine": "ace", "generation": 1, "roster": {"generation": 1, "names": {}},
 	  "containers": [{"name": "web.meshhost-old", "image": "b"}, {"name": "web", "image": "b"}]}`))
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		d, err := spec.ParseDeclaration(doc)
+		d, err := specjson.ParseDeclaration(doc)
 		if err != nil {
 			return
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // ask asks s one question in process and returns the reply.
@@ -155,7 +156,7 @@ func TestCompileRefusalsCaughtByValidate(t *testing.T) {
 		{"zones", &spec.Roster{Generation: 1, Zones: zones, Names: map[string][]netip.Addr{}}, `zones`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := buildTable(tc.roster, 5, 5); err == nil {
+			if _, err := buildTable(tc.roster, 5, 5, nil); err == nil {
 				t.Fatal("buildTable accepts it: nothing to check")
 			}
 			err := tc.roster.Validate()
@@ -206,7 +207,7 @@ func FuzzRosterTable(f *testing.F) {
 		if r.Validate() != nil {
 			return
 		}
-		tb, err := buildTable(r, 5, 5)
+		tb, err := buildTable(r, 5, 5, nil)
 		if err != nil {
 			t.Fatalf("Validate accepts the roster, buildTable refuses it: %v", err)
 		}
@@ -225,7 +226,7 @@ func FuzzRosterTable(f *testing.F) {
 				}
 			}
 		}
-		back, err := spec.ParseRoster(tb.appendJSON(nil))
+		back, err := specjson.ParseRoster(tb.appendJSON(nil, nil))
 		if err != nil {
 			t.Fatalf("the table's roster file does not parse: %v", err)
 		}

@@ -6,8 +6,8 @@
 // A Server is made with New, fed rosters with Update (each one validated,
 // compiled off the hot path and swapped in atomically) and bound to addresses
 // with Listen. Compiling a roster steps aside whenever a query waits on one
-// of the server's UDP sockets (package internal/yield), so on a single CPU a
-// swap of 100,000 names does not hold queries back. The last good roster is saved to Config.StatePath and loaded by
+// of the server's UDP sockets (Server.Busy), so on a single CPU a swap of
+// 100,000 names does not hold queries back. The last good roster is saved to Config.StatePath and loaded by
 // New, so a restarted resolver answers before the controller is reachable.
 //
 // Answers for roster names are written straight into the reply buffer from a

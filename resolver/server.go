@@ -27,12 +27,13 @@ type Server struct {
 	local          atomic.Pointer[[]localRoute]     // SetLocalForward's routes
 	upstream       atomic.Pointer[[]netip.AddrPort] // forward targets, own listeners excluded
 	own            atomic.Pointer[[]netip.AddrPort] // listener addresses, for loop prevention
+	socks          atomic.Pointer[[]*listener]      // the listeners, for Busy
 
 	forwards chan struct{} // a token per forward in flight
 
 	// compile builds a roster's table: buildTable, except in tests that
 	// need a compile that fails or panics.
-	compile func(r *spec.Roster, ttl, negTTL uint32) (*table, error)
+	compile func(r *spec.Roster, ttl, negTTL uint32, busy func() bool) (*table, error)
 
 	// updateMu serializes Update, so generations are checked and swapped in
 	// order.
@@ -82,7 +83,7 @@ func New(cfg Config) (*Server, error) {
 		default:
 			var t *table
 			err := s.safely(r.Generation, "compiling the saved", func() (err error) {
-				t, err = s.compile(r, seconds(cfg.TTL), seconds(cfg.NegativeTTL))
+				t, err = s.compile(r, seconds(cfg.TTL), seconds(cfg.NegativeTTL), nil) // nothing listens yet
 				return err
 			})
 			if err != nil {

@@ -21,12 +21,12 @@ func TestSwapPanicKeepsRoster(t *testing.T) {
 	var log bytes.Buffer
 	s, _ := newTestServer(t, testRoster(7), Config{Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	var boom atomic.Bool
-	s.compile = func(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
+	s.compile = func(r *spec.Roster, ttl, negTTL uint32, busy func() bool) (*table, error) {
 		if boom.Load() {
 			var labels []byte
 			_ = labels[0] // what the zone apex did
 		}
-		return buildTable(r, ttl, negTTL)
+		return buildTable(r, ttl, negTTL, busy)
 	}
 	boom.Store(true)
 	err := s.Update(testRoster(8))

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshhost/meshhost/internal/yield"
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -68,10 +68,11 @@ type zone struct {
 const maxAddrs = spec.MaxAddrsPerName
 
 // buildTable compiles a validated roster (spec.Roster.Validate); it need
-// not be normalized. A name may be a zone itself (a public domain routed as
-// a name while also a zone): the zone's apex then has its addresses.
-func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
-	var y yield.Yielder
+// not be normalized. It steps aside while busy says queries wait (nil:
+// never). A name may be a zone itself (a public domain routed as a name
+// while also a zone): the zone's apex then has its addresses.
+func buildTable(r *spec.Roster, ttl, negTTL uint32, busy func() bool) (*table, error) {
+	y := yield.Yielder{Pending: busy}
 	t := &table{gen: r.Generation, ttl: ttl, negTTL: negTTL, seed: maphash.MakeSeed()}
 	zoneNames := make([]string, 0, len(r.Zones))
 	for _, z := range r.Zones {

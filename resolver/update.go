@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -32,7 +33,9 @@ func (s *Server) Update(r *spec.Roster) error {
 		return errors.New("roster is nil")
 	}
 	start := time.Now()
-	if err := s.safely(r.Generation, "validating", r.Validate); err != nil {
+	if err := s.safely(r.Generation, "validating", func() error {
+		return r.ValidateYielding((&yield.Yielder{Pending: s.Busy}).Maybe)
+	}); err != nil {
 		return fmt.Errorf("roster generation %d refused: %w", r.Generation, err)
 	}
 	s.updateMu.Lock()
@@ -43,7 +46,7 @@ func (s *Server) Update(r *spec.Roster) error {
 	// The table canonicalizes names itself, so r need not be normalized.
 	var t *table
 	err := s.safely(r.Generation, "compiling", func() (err error) {
-		t, err = s.compile(r, seconds(s.cfg.TTL), seconds(s.cfg.NegativeTTL))
+		t, err = s.compile(r, seconds(s.cfg.TTL), seconds(s.cfg.NegativeTTL), s.Busy)
 		return err
 	})
 	if err != nil {
@@ -56,7 +59,7 @@ func (s *Server) Update(r *spec.Roster) error {
 	s.log.Info("roster swapped in", "generation", t.gen, "names", len(r.Names), "took", took)
 
 	if s.cfg.StatePath != "" {
-		if err := s.safely(r.Generation, "saving", func() error { return saveState(s.cfg.StatePath, t) }); err != nil {
+		if err := s.safely(r.Generation, "saving", func() error { return saveState(s.cfg.StatePath, t, s.Busy) }); err != nil {
 			return fmt.Errorf("roster generation %d is served but not saved: %w", r.Generation, err)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/filewatch"
+	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 )
 
 // setUpstreams publishes the forward targets.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/agent"
-	"github.com/meshhost/meshhost/internal/dnstest"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/dnstest"
 )
 
 // TestAgentStartsOnItsSavedDeclaration runs `meshhost agent --runtime
@@ -35,11 +35,11 @@ func TestAgentStartsOnItsSavedDeclaration(t *testing.T) {
 			state := t.TempDir()
 			decl := fmt.Sprintf(`{"schema": 1, "machine": "saved", "generation": 5, "mesh_names": "off",
 			  "roster": {"generation": 5, "zones": ["internal"], "names": {%s}}, "containers": [%s]}`, tc.names, tc.containers)
-			if err := os.WriteFile(filepath.Join(state, agent.DeclarationFile), []byte(decl), 0o600); err != nil {
+			if err := os.WriteFile(statedir.New(state).Declaration(), []byte(decl), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			// The resolver's own saved roster, an older one.
-			if err := os.WriteFile(filepath.Join(state, rosterStateFile), []byte(`{"generation": 4, "zones": ["internal"], "names": {"alpha.internal": ["10.1.1.1"]}}`), 0o600); err != nil {
+			if err := os.WriteFile(statedir.New(state).Roster(), []byte(`{"generation": 4, "zones": ["internal"], "names": {"alpha.internal": ["10.1.1.1"]}}`), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			sock := filepath.Join(t.TempDir(), "push.sock")

@@ -33,6 +33,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meshhost_agent_pass_panics_total", Help: "Agent passes that panicked (a bug); recovered, and counted among the failed passes too.",
 		}),
 	}
+	m.passes.WithLabelValues("ok") // both results at 0 from the start
+	m.passes.WithLabelValues("error")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics} {
 			if err := reg.Register(c); err != nil {

@@ -11,7 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/meshhost/meshhost/internal/syncbuf"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
@@ -112,7 +113,7 @@ func TestZoneApexNameAtAgent(t *testing.T) {
 		t.Errorf("the resolver serves the apex as %v, want 100.64.0.1", got)
 	}
 
-	d, err := LoadDeclaration(f.state)
+	d, err := LoadDeclaration(statedir.New(f.state))
 	if err != nil || d.Generation != 1 {
 		t.Fatalf("LoadDeclaration = %v, %v", d, err)
 	}

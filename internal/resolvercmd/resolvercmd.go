@@ -12,18 +12,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/filewatch"
-	"github.com/meshhost/meshhost/internal/yield"
+	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
+	"github.com/meshhost/meshhost/internal/plumbing/netflag"
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/resolver"
-	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // ErrUsage is wrapped by errors in the flags; the usage has been printed.
@@ -32,9 +31,9 @@ var ErrUsage = errors.New("usage")
 // resolverFlags are the flags of the command.
 type resolverFlags struct {
 	roster     string
-	listen     []netip.AddrPort
-	upstreams  []netip.AddrPort
-	allow      []netip.Prefix
+	listen     netflag.AddrPorts
+	upstreams  netflag.Upstreams
+	allow      netflag.Prefixes
 	state      string
 	resolvConf string
 	ttl, neg   time.Duration
@@ -46,36 +45,9 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 	fs.SetOutput(stderr)
 	f := &resolverFlags{}
 	fs.StringVar(&f.roster, "roster", "", "roster `FILE` (JSON) to serve; reloaded on SIGHUP and when it changes")
-	fs.Func("listen", "`ADDR[,ADDR...]` (ip:port) to serve over UDP and TCP; repeatable", func(s string) error {
-		for _, part := range strings.Split(s, ",") {
-			a, err := netip.ParseAddrPort(strings.TrimSpace(part))
-			if err != nil {
-				return fmt.Errorf("%q is not ip:port: %v", part, err)
-			}
-			f.listen = append(f.listen, a)
-		}
-		return nil
-	})
-	fs.Func("upstream", "upstream `ADDR` (ip or ip:port) for names outside the roster; repeatable (default: the nameservers of --resolv-conf)", func(s string) error {
-		a, err := parseUpstream(s)
-		if err != nil {
-			return err
-		}
-		f.upstreams = append(f.upstreams, a)
-		return nil
-	})
-	fs.Func("allow", "client `CIDR` to answer besides loopback; repeatable (others get REFUSED)", func(s string) error {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			a, aerr := netip.ParseAddr(s)
-			if aerr != nil {
-				return fmt.Errorf("%q is not a CIDR: %v", s, err)
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
-		}
-		f.allow = append(f.allow, p)
-		return nil
-	})
+	fs.Var(&f.listen, "listen", "`ADDR[,ADDR...]` (ip:port) to serve over UDP and TCP; repeatable")
+	fs.Var(&f.upstreams, "upstream", "upstream `ADDR[,ADDR...]` (ip or ip:port) for names outside the roster; repeatable (default: the nameservers of --resolv-conf)")
+	fs.Var(&f.allow, "allow", "client `CIDR[,CIDR...]` (or address) to answer besides loopback; repeatable (others get REFUSED)")
 	fs.StringVar(&f.state, "state", "", "`PATH` keeping the last good roster across restarts (default: none)")
 	fs.StringVar(&f.resolvConf, "resolv-conf", "/etc/resolv.conf", "`FILE` whose nameservers are the upstreams when --upstream is not given")
 	fs.DurationVar(&f.ttl, "ttl", 5*time.Second, "TTL of roster answers")
@@ -104,17 +76,6 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 		return nil, fmt.Errorf("--roster (or --state holding a saved roster) is required: %w", ErrUsage)
 	}
 	return f, nil
-}
-
-func parseUpstream(s string) (netip.AddrPort, error) {
-	if a, err := netip.ParseAddrPort(s); err == nil {
-		return a, nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("%q is neither ip nor ip:port", s)
-	}
-	return netip.AddrPortFrom(a, 53), nil
 }
 
 // Run runs the command until ctx is done. It returns the process exit code:
@@ -202,11 +163,11 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 // reloadRoster reads, validates and applies the roster file.
 func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	start := time.Now()
-	data, err := yield.ReadFile(path) // a swap runs beside queries: read in steps
+	data, err := yield.ReadFile(path, srv.Busy) // a swap runs beside queries: read in steps
 	if err != nil {
 		return fmt.Errorf("reading roster: %w", err)
 	}
-	r, err := spec.ParseRoster(data)
+	r, err := specjson.Reader{Busy: srv.Busy}.ParseRoster(data)
 	if err != nil {
 		return fmt.Errorf("roster %q: %w", path, err)
 	}
