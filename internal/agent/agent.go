@@ -238,9 +238,9 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 			rep.Duration = time.Since(start)
 			st.report = rep
 			if a.cfg.AfterPass != nil {
+				// The pass's own result stands; health says what failed after it.
 				if perr := a.afterPass(rep); perr != nil {
-					err = errors.Join(err, perr)
-					st.err = err
+					st.err = errors.Join(st.err, perr)
 				}
 			}
 		}
