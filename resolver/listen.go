@@ -106,6 +106,7 @@ func (s *Server) publishOwn() {
 	}
 	slices.SortFunc(own, netip.AddrPort.Compare)
 	s.own.Store(&own)
+	s.refreshTargets()
 }
 
 func (l *listener) close() error {
