@@ -120,7 +120,8 @@ func (c *cache) answer(key, req []byte, q *query, buf []byte, limit int, now tim
 		b = make([]byte, size)
 	}
 	copy(b, e.msg)
-	copy(b[:q.qend], req) // the client's ID and question, in its case
+	copy(b[:2], req)                          // the client's ID
+	copy(b[headerLen:q.qend], req[headerLen:]) // its question, in its case
 	b[2] = e.msg[2]&^0x01 | req[2]&0x01
 	b[3] = e.msg[3]
 	age := uint32(now.Sub(e.stored) / time.Second)
@@ -135,8 +136,11 @@ func (c *cache) answer(key, req []byte, q *query, buf []byte, limit int, now tim
 }
 
 // store keeps resp, the final reply to the query with key, when it may be
-// kept. resp must answer the question of key (the caller matched it).
-func (c *cache) store(key, resp []byte, now time.Time) {
+// kept and mesh (which reports whether a lowercase wire name is the
+// roster's) says the name is not the mesh's. resp must answer the question
+// of key (the caller matched it). mesh is asked under the cache's lock, so
+// a store cannot slip in between a roster swap and dropMesh.
+func (c *cache) store(key, resp []byte, now time.Time, mesh func(name []byte) bool) {
 	e, ok := c.entry(resp, now)
 	if !ok {
 		return
@@ -144,10 +148,40 @@ func (c *cache) store(key, resp []byte, now time.Time) {
 	e.key = bytes.Clone(key)
 	h := maphash.Bytes(c.seed, key)
 	c.mu.Lock()
+	if mesh(e.name()) {
+		c.mu.Unlock()
+		return
+	}
 	evicted := c.lru.Add(h, e)
 	c.mu.Unlock()
 	if evicted {
 		c.metrics.cacheEvictions.Inc()
+	}
+}
+
+// name is the entry's lowercase wire name.
+func (e *cached) name() []byte { return e.key[:len(e.key)-3] }
+
+// dropMesh removes the entries of names that mesh says are the roster's:
+// after a swap, the names the new roster took over. Every other entry is
+// left as it was.
+func (c *cache) dropMesh(mesh func(name []byte) bool) {
+	c.mu.Lock()
+	entries := c.lru.Values()
+	c.mu.Unlock()
+	var drop []*cached
+	for _, e := range entries { // outside the lock: queries go on
+		if mesh(e.name()) {
+			drop = append(drop, e)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range drop {
+		h := maphash.Bytes(c.seed, e.key)
+		if cur, ok := c.lru.Peek(h); ok && cur == e {
+			c.lru.Remove(h)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -90,7 +91,7 @@ type forwardJob struct {
 // startForward sends job upstream; its answer goes to `to`. Beyond
 // maxForwards in flight it answers SERVFAIL at once.
 func (s *Server) startForward(job *forwardJob, to replyTo) {
-	if s.inflight.Add(1) > s.maxInflight {
+	if s.inflight.Add(1) > s.maxInflight.Load() {
 		s.inflight.Add(-1)
 		s.metrics.count(job.qtype, rcodeServFail)
 		to.send(servFail(job.req))
@@ -123,6 +124,7 @@ type pending struct {
 	q        []byte // the query as sent; its ID is the current attempt's
 	next     int    // index in targets of the next attempt
 	fallback []byte // a SERVFAIL or REFUSED reply, kept while others are asked
+	sent     bool   // q went out once: a retry writes its ID into a copy
 }
 
 // try asks the next target, or finishes when none is left. Attempts are
@@ -131,6 +133,12 @@ func (p *pending) try() {
 	for p.next < len(p.targets) {
 		target := p.targets[p.next]
 		p.next++
+		if p.sent {
+			// An earlier attempt's write (or TCP exchange) may still be
+			// reading q when its timeout hands the query on.
+			p.q = bytes.Clone(p.q)
+		}
+		p.sent = true
 		err := errClosed
 		for range 2 { // a pool the janitor just closed: once more with a new one
 			u := p.s.fwd.upstream(target)
@@ -160,8 +168,8 @@ func (p *pending) finish(resp []byte) {
 		resp = servFail(p.req)
 	}
 	resp[0], resp[1] = p.req[0], p.req[1]
-	if p.key != nil && s.cache != nil && !s.isMeshName(p.key[:len(p.key)-3]) {
-		s.cache.store(p.key, resp, time.Now())
+	if p.key != nil && s.cache != nil {
+		s.cache.store(p.key, resp, time.Now(), s.isMeshName)
 	}
 	out := fit(resp, p.limit)
 	s.metrics.count(p.qtype, out[3]&0x0F)
@@ -265,6 +273,8 @@ func fit(resp []byte, limit int) []byte {
 // forwarder holds the upstreams being asked.
 type forwarder struct {
 	s *Server
+	// uses is socketUses, less in tests that watch sockets rotate.
+	uses atomic.Int64
 	// mu guards the fields below.
 	mu     sync.Mutex
 	pools  map[netip.AddrPort]*upstream
@@ -280,7 +290,7 @@ func (f *forwarder) upstream(addr netip.AddrPort) *upstream {
 	}
 	u := f.pools[addr]
 	if u == nil || u.isClosed() {
-		u = &upstream{f: f, addr: addr}
+		u = &upstream{f: f, addr: addr, lastUse: time.Now()}
 		f.pools[addr] = u
 	}
 	return u
@@ -357,11 +367,14 @@ func (u *upstream) send(p *pending) error {
 	if err != nil {
 		return err
 	}
+	// p.q is read here, before register: once registered, the attempt's
+	// timeout may start the next one, which replaces p.q.
+	q := p.q
 	a := &attempt{p: p, up: u, sock: sock}
-	if err := sock.register(a, p.s.cfg.UpstreamTimeout); err != nil {
+	if err := sock.register(a, q, p.s.cfg.UpstreamTimeout); err != nil {
 		return err
 	}
-	if _, err := sock.conn.Write(p.q); err != nil {
+	if _, err := sock.conn.Write(q); err != nil {
 		if sock.claim(a) {
 			a.timer.Stop()
 			return err
@@ -381,7 +394,7 @@ func (u *upstream) pick() (*upSock, error) {
 	u.lastUse = now
 	i := mrand.IntN(udpSockets)
 	s := u.socks[i]
-	if s == nil || s.uses >= socketUses || now.Sub(s.born) >= socketAge || s.isClosed() {
+	if s == nil || int64(s.uses) >= u.f.uses.Load() || now.Sub(s.born) >= socketAge || s.isClosed() {
 		if s != nil {
 			s.retire()
 		}
@@ -418,9 +431,14 @@ func (u *upstream) isClosed() bool {
 	return u.closed
 }
 
+// idleSince is how long u has not been asked; 0 while it is being skipped,
+// so that its failures are remembered.
 func (u *upstream) idleSince(now time.Time) time.Duration {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if u.fails > 0 && now.Before(u.downTill) {
+		return 0
+	}
 	return now.Sub(u.lastUse)
 }
 
@@ -563,7 +581,7 @@ type upSock struct {
 
 // register gives a its random ID on s, not one in use there, writes the ID
 // into its query and starts its timer.
-func (s *upSock) register(a *attempt, timeout time.Duration) error {
+func (s *upSock) register(a *attempt, q []byte, timeout time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -577,7 +595,7 @@ func (s *upSock) register(a *attempt, timeout time.Duration) error {
 			break
 		}
 	}
-	a.p.q[0], a.p.q[1] = b[0], b[1]
+	q[0], q[1] = b[0], b[1]
 	s.pending[a.id] = a
 	a.start = time.Now()
 	a.timer = time.AfterFunc(timeout, a.expire)

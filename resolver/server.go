@@ -35,7 +35,7 @@ type Server struct {
 	cache    *cache       // nil when disabled
 	inflight atomic.Int64 // forwarded questions in flight
 	// maxInflight bounds inflight: maxForwards, less in some tests.
-	maxInflight int64
+	maxInflight atomic.Int64
 
 	// updateMu serializes Update, so generations are checked and swapped in
 	// order.
@@ -62,10 +62,10 @@ func New(cfg Config) (*Server, error) {
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "resolver"),
 		listeners: map[netip.AddrPort]*listener{},
-
-		maxInflight: maxForwards,
 	}
+	s.maxInflight.Store(maxForwards)
 	s.fwd = &forwarder{s: s, pools: map[netip.AddrPort]*upstream{}}
+	s.fwd.uses.Store(socketUses)
 	s.SetAllow(cfg.Allow)
 	s.own.Store(&[]netip.AddrPort{})
 	s.local.Store(&[]localRoute{})
