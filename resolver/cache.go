@@ -120,7 +120,7 @@ func (c *cache) answer(key, req []byte, q *query, buf []byte, limit int, now tim
 		b = make([]byte, size)
 	}
 	copy(b, e.msg)
-	copy(b[:2], req)                          // the client's ID
+	copy(b[:2], req)                           // the client's ID
 	copy(b[headerLen:q.qend], req[headerLen:]) // its question, in its case
 	b[2] = e.msg[2]&^0x01 | req[2]&0x01
 	b[3] = e.msg[3]
