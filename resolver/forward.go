@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -349,6 +350,7 @@ type upstream struct {
 	// mu guards the fields below.
 	mu       sync.Mutex
 	socks    [udpSockets]*upSock
+	retired  []*upSock // replaced, closing once their last attempt ends
 	idleTCP  []idleConn
 	lastUse  time.Time
 	closed   bool
@@ -397,6 +399,10 @@ func (u *upstream) pick() (*upSock, error) {
 	if s == nil || int64(s.uses) >= u.f.uses.Load() || now.Sub(s.born) >= socketAge || s.isClosed() {
 		if s != nil {
 			s.retire()
+			u.retired = slices.DeleteFunc(u.retired, (*upSock).isClosed)
+			if !s.isClosed() {
+				u.retired = append(u.retired, s)
+			}
 		}
 		ns, err := u.open(now)
 		if err != nil {
@@ -447,8 +453,9 @@ func (u *upstream) idleSince(now time.Time) time.Duration {
 func (u *upstream) close() {
 	u.mu.Lock()
 	u.closed = true
-	socks := u.socks
+	socks := slices.Concat(u.socks[:], u.retired) // a copy: u.socks is cleared below
 	u.socks = [udpSockets]*upSock{}
+	u.retired = nil
 	idle := u.idleTCP
 	u.idleTCP = nil
 	u.mu.Unlock()

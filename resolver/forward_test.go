@@ -526,3 +526,38 @@ func TestUpstreamHealth(t *testing.T) {
 		check("both failed", ab)
 	})
 }
+
+// TestForwardCloseRetired: Close ends the questions waiting on sockets
+// already replaced (rotated after each use here), without waiting for their
+// timeouts.
+func TestForwardCloseRetired(t *testing.T) {
+	silent := startRawUpstream(t, func(*rawUpstream, *dns.Msg, netip.AddrPort) {})
+	s, addr := newTestServer(t, testRoster(7), Config{Upstreams: []netip.AddrPort{silent.addr}, UpstreamTimeout: 10 * time.Minute})
+	s.fwd.uses.Store(1)
+	c, err := net.Dial("udp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 40 {
+		c.Write(packQuery(t, fmt.Sprintf("c%d.example.com.", i), dns.TypeA, false))
+	}
+	waitFor(t, func() bool { return s.inflight.Load() == 40 }, "40 questions in flight")
+	u := s.fwd.upstream(silent.addr)
+	u.mu.Lock()
+	retired := len(u.retired)
+	u.mu.Unlock()
+	if retired == 0 {
+		t.Fatalf("no socket retired after 40 uses at 1 use per socket")
+	}
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Close still waiting after a minute: questions on retired sockets wait for their 10-minute timeout")
+	}
+	if got := s.inflight.Load(); got != 0 {
+		t.Errorf("%d in flight after Close, want 0", got)
+	}
+}
