@@ -92,7 +92,8 @@ func cacheKey(req []byte, sc *scratch) []byte {
 }
 
 // answer writes the cached reply to a query into buf (or a new slice when
-// it does not fit), fitted to limit. It reports false on a miss.
+// it does not fit), fitted to limit. It reports false on a miss. The caller
+// counts hits and misses.
 func (c *cache) answer(key, req []byte, q *query, buf []byte, limit int, now time.Time) ([]byte, bool) {
 	h := maphash.Bytes(c.seed, key)
 	c.mu.Lock()
@@ -105,10 +106,8 @@ func (c *cache) answer(key, req []byte, q *query, buf []byte, limit int, now tim
 	}
 	c.mu.Unlock()
 	if !ok || e.qend != q.qend {
-		c.metrics.cacheMisses.Inc()
 		return nil, false
 	}
-	c.metrics.cacheHits.Inc()
 	size := len(e.msg)
 	if q.edns {
 		size += 11

@@ -116,12 +116,6 @@ func TestCacheTTL(t *testing.T) {
 		if m := cacheAsk(t, c, "a.example.com.", false); m != nil {
 			t.Errorf("after the smallest TTL: still served, %v", m.Answer)
 		}
-		if got := testutil.ToFloat64(c.metrics.cacheHits); got != 3 {
-			t.Errorf("hits = %v, want 3", got)
-		}
-		if got := testutil.ToFloat64(c.metrics.cacheMisses); got != 1 {
-			t.Errorf("misses = %v, want 1", got)
-		}
 	})
 }
 

@@ -86,6 +86,7 @@ type forwardJob struct {
 	qtype   uint16
 	opt     int    // offset of the query's OPT record, -1 when unknown
 	key     []byte // the cache key; nil: the answer is not cached
+	query   query  // the fast path's reading of req (no qname), with key
 	local   bool   // targets are a network-local server, not the upstreams
 }
 
@@ -99,11 +100,69 @@ func (s *Server) startForward(job *forwardJob, to replyTo) {
 		return
 	}
 	s.wg.Add(1)
-	s.metrics.forwarded.Inc()
 	p := &pending{forwardJob: job, s: s, to: to}
-	p.targets = s.fwd.order(job.targets)
-	p.q = upstreamQuery(job.req, job.opt)
+	if job.key != nil && s.cache != nil && s.fwd.join(p) {
+		return // answered when the same question in flight is
+	}
+	p.start()
+}
+
+// start sends p to its first target.
+func (p *pending) start() {
+	p.s.metrics.forwarded.Inc()
+	p.targets = p.s.fwd.order(p.targets)
+	p.q = upstreamQuery(p.req, p.opt)
 	p.try()
+}
+
+// maxJoiners bounds the questions waiting on one identical question in
+// flight; more are forwarded on their own.
+const maxJoiners = 64
+
+// join makes p wait for an identical question (same cache key) already in
+// flight, reporting true; or, when there is none, makes p the one the next
+// identical questions wait for. An upstream is asked each question once
+// at a time: it saves the upstream work, and an off-path attacker cannot
+// raise its odds by having many identical queries in flight (the birthday
+// attack on DNS).
+func (f *forwarder) join(p *pending) bool {
+	k := string(p.key)
+	f.joinMu.Lock()
+	defer f.joinMu.Unlock()
+	first := f.joining[k]
+	switch {
+	case first == nil:
+		f.joining[k] = p
+		p.leads = true
+	case len(first.joiners) < maxJoiners:
+		first.joiners = append(first.joiners, p)
+		return true
+	}
+	return false
+}
+
+// answerJoiners answers the questions that waited for p, from the cache p's
+// answer went into; those it cannot answer (an answer not kept) are
+// forwarded on their own.
+func (p *pending) answerJoiners() {
+	f := p.s.fwd
+	f.joinMu.Lock()
+	if k := string(p.key); f.joining[k] == p {
+		delete(f.joining, k)
+	}
+	joiners := p.joiners
+	p.joiners = nil
+	f.joinMu.Unlock()
+	for _, j := range joiners {
+		resp, ok := p.s.cache.answer(j.key, j.req, &j.query, nil, j.limit, time.Now())
+		if !ok {
+			j.start()
+			continue
+		}
+		p.s.metrics.count(j.qtype, resp[3]&0x0F)
+		j.to.send(resp)
+		j.done()
+	}
 }
 
 // upstreamQuery is the query as it goes upstream: the client's, advertising
@@ -126,6 +185,9 @@ type pending struct {
 	next     int    // index in targets of the next attempt
 	fallback []byte // a SERVFAIL or REFUSED reply, kept while others are asked
 	sent     bool   // q went out once: a retry writes its ID into a copy
+
+	leads   bool       // identical questions may wait for this one
+	joiners []*pending // they, guarded by forwarder.joinMu
 }
 
 // try asks the next target, or finishes when none is left. Attempts are
@@ -175,8 +237,16 @@ func (p *pending) finish(resp []byte) {
 	out := fit(resp, p.limit)
 	s.metrics.count(p.qtype, out[3]&0x0F)
 	p.to.send(out)
-	s.inflight.Add(-1)
-	s.wg.Done()
+	if p.leads {
+		p.answerJoiners()
+	}
+	p.done()
+}
+
+// done releases p's place among the questions in flight.
+func (p *pending) done() {
+	p.s.inflight.Add(-1)
+	p.s.wg.Done()
 }
 
 // isMeshName reports whether the roster being served holds the lowercase
@@ -280,6 +350,10 @@ type forwarder struct {
 	mu     sync.Mutex
 	pools  map[netip.AddrPort]*upstream
 	closed bool
+
+	// joinMu guards joining, and the joiners of the pendings in it.
+	joinMu  sync.Mutex
+	joining map[string]*pending // questions in flight others may wait for, by cache key
 }
 
 // upstream returns the pool of addr, made on first use; nil once closed.

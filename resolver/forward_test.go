@@ -561,3 +561,52 @@ func TestForwardCloseRetired(t *testing.T) {
 		t.Errorf("%d in flight after Close, want 0", got)
 	}
 }
+
+// TestForwardCoalesces: identical questions in flight together go upstream
+// once; each client gets its own ID and question case back.
+func TestForwardCoalesces(t *testing.T) {
+	release := make(chan struct{})
+	up := startRawUpstream(t, func(u *rawUpstream, q *dns.Msg, from netip.AddrPort) {
+		go func() {
+			<-release
+			u.conn.WriteToUDPAddrPort(reply(q, "192.0.2.10"), from)
+		}()
+	})
+	s, addr := newTestServer(t, testRoster(7), Config{Upstreams: []netip.AddrPort{up.addr}, UpstreamTimeout: time.Minute})
+	const n = 10
+	names := []string{"www.example.com.", "WWW.example.com.", "wWw.Example.COM."}
+	c, err := net.Dial("udp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range n {
+		m := dns.NewMsg(names[i%3], dns.TypeA)
+		m.ID = uint16(100 + i)
+		m.Pack()
+		c.Write(m.Data)
+	}
+	waitFor(t, func() bool { return s.inflight.Load() == n }, "all questions in flight")
+	if got := len(up.queries()); got != 1 {
+		t.Errorf("upstream asked %d times for one question asked %d times together, want 1", got, n)
+	}
+	close(release)
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	buf := make([]byte, 512)
+	ids := map[uint16]bool{}
+	for range n {
+		nr, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("%d of %d answered: %v", len(ids), n, err)
+		}
+		m := unpack(t, buf[:nr])
+		want := names[int(m.ID-100)%3]
+		if got := m.Question[0].Header().Name; got != want || firstA(m) != "192.0.2.10" {
+			t.Errorf("reply %d: question %q, answer %q; want %q, 192.0.2.10", m.ID, got, firstA(m), want)
+		}
+		ids[m.ID] = true
+	}
+	if len(ids) != n {
+		t.Errorf("%d distinct IDs answered, want %d", len(ids), n)
+	}
+}

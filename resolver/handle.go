@@ -32,6 +32,8 @@ func (s *Server) handle(req []byte, client netip.Addr, udp bool, sc *scratch, bu
 			// A question the fast path read but left to the slow one
 			// (PTR): cached like the others.
 			job.key = bytes.Clone(cacheKey(req, sc))
+			job.query = sc.q
+			job.query.qname = nil
 			if resp, ok := s.cached(req, sc, buf, job.limit); ok {
 				return resp
 			}
@@ -102,6 +104,8 @@ func (s *Server) forwardFast(t *table, req []byte, client netip.Addr, udp bool, 
 	}
 	if !local && s.cache != nil {
 		job.key = bytes.Clone(cacheKey(req, sc))
+		job.query = *q
+		job.query.qname = nil
 	}
 	s.startForward(job, to)
 	return nil, true
@@ -113,10 +117,13 @@ func (s *Server) cached(req []byte, sc *scratch, buf []byte, limit int) ([]byte,
 		return nil, false
 	}
 	resp, ok := s.cache.answer(cacheKey(req, sc), req, &sc.q, buf, limit, time.Now())
-	if ok {
-		s.metrics.count(sc.q.qtype, resp[3]&0x0F)
+	if !ok {
+		s.metrics.cacheMisses.Inc()
+		return nil, false
 	}
-	return resp, ok
+	s.metrics.cacheHits.Inc()
+	s.metrics.count(sc.q.qtype, resp[3]&0x0F)
+	return resp, true
 }
 
 // hostName is the canonical name of a lowercase wire name, when it is a

@@ -64,7 +64,7 @@ func New(cfg Config) (*Server, error) {
 		listeners: map[netip.AddrPort]*listener{},
 	}
 	s.maxInflight.Store(maxForwards)
-	s.fwd = &forwarder{s: s, pools: map[netip.AddrPort]*upstream{}}
+	s.fwd = &forwarder{s: s, pools: map[netip.AddrPort]*upstream{}, joining: map[string]*pending{}}
 	s.fwd.uses.Store(socketUses)
 	s.SetAllow(cfg.Allow)
 	s.own.Store(&[]netip.AddrPort{})
