@@ -610,3 +610,25 @@ func TestForwardCoalesces(t *testing.T) {
 		t.Errorf("%d distinct IDs answered, want %d", len(ids), n)
 	}
 }
+
+// TestForwardEDNSSize: queries go upstream advertising at most 1232 bytes,
+// whatever the client advertised, so that no reply is fragmented.
+func TestForwardEDNSSize(t *testing.T) {
+	var size atomic.Int32
+	up := startRawUpstream(t, func(u *rawUpstream, q *dns.Msg, from netip.AddrPort) {
+		size.Store(int32(q.UDPSize))
+		answerA(u, q, from)
+	})
+	_, addr := newTestServer(t, testRoster(7), Config{Upstreams: []netip.AddrPort{up.addr}, CacheSize: -1})
+	for _, tc := range []struct{ client, want uint16 }{{4096, ednsSize}, {65535, ednsSize}, {1200, 1200}, {0, 0}} {
+		m := dns.NewMsg(fmt.Sprintf("e%d.example.com.", tc.client), dns.TypeA)
+		m.ID, m.UDPSize = 7, tc.client
+		m.Pack()
+		if b := exchangeRaw(t, addr, m.Data); b == nil || firstA(unpack(t, b)) != "192.0.2.10" {
+			t.Fatalf("client size %d: no answer", tc.client)
+		}
+		if got := uint16(size.Load()); got != tc.want {
+			t.Errorf("client advertising %d: upstream saw %d, want %d", tc.client, got, tc.want)
+		}
+	}
+}
