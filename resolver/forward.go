@@ -29,7 +29,9 @@ import (
 // port among the live ones and a random 16-bit ID, and a socket's port is
 // not open for long. A reply is taken only when its ID belongs to a query in
 // flight on that socket and it repeats that query's question; anything else
-// (a late reply, a spoof) is dropped and the query keeps waiting.
+// (a late reply, a spoof) is dropped and the query keeps waiting. With the
+// cache on, identical questions in flight together go upstream once (join),
+// so many copies of one question cannot multiply an attacker's chances.
 //
 // Many queries share a socket, told apart by their IDs; one goroutine per
 // socket reads its replies in batches and answers the clients. Nothing runs
