@@ -346,8 +346,9 @@ func fit(resp []byte, limit int) []byte {
 // forwarder holds the upstreams being asked.
 type forwarder struct {
 	s *Server
-	// uses is socketUses, less in tests that watch sockets rotate.
-	uses atomic.Int64
+	// uses is socketUses, less in tests that watch sockets rotate;
+	// downFor is the constant downFor, more in tests on slow machines.
+	uses, downFor atomic.Int64
 	// mu guards the fields below.
 	mu     sync.Mutex
 	pools  map[netip.AddrPort]*upstream

@@ -66,6 +66,7 @@ func New(cfg Config) (*Server, error) {
 	s.maxInflight.Store(maxForwards)
 	s.fwd = &forwarder{s: s, pools: map[netip.AddrPort]*upstream{}, joining: map[string]*pending{}}
 	s.fwd.uses.Store(socketUses)
+	s.fwd.downFor.Store(int64(downFor))
 	s.SetAllow(cfg.Allow)
 	s.own.Store(&[]netip.AddrPort{})
 	s.local.Store(&[]localRoute{})

@@ -65,7 +65,8 @@ func (f *forwarder) failed(addr netip.AddrPort, err error) {
 	now := time.Now()
 	u.mu.Lock()
 	u.fails++
-	d := min(downFor<<min(u.fails-1, 10), maxDownFor)
+	base := time.Duration(f.downFor.Load())
+	d := min(base<<min(u.fails-1, 10), max(maxDownFor, base))
 	u.downTill = now.Add(d)
 	first := u.fails == 1
 	u.mu.Unlock()
