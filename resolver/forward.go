@@ -70,13 +70,17 @@ type replyTo struct {
 	tcp  *tcpConn
 }
 
+// send sends b (which it does not keep) without waiting for the client: a
+// TCP client that does not read must not hold up the upstream socket's
+// reader, which answers other clients too.
 func (r replyTo) send(b []byte) {
 	switch {
 	case b == nil:
 	case r.udp != nil:
 		r.udp.WriteToUDPAddrPort(b, r.addr)
 	case r.tcp != nil:
-		r.tcp.write(b)
+		msg := frame(b)
+		go r.tcp.writeFramed(msg)
 	}
 }
 

@@ -653,3 +653,30 @@ func TestForwardEDNSSize(t *testing.T) {
 		}
 	}
 }
+
+// TestReplyToTCPDoesNotBlock: a forwarded answer to a TCP client that
+// reads nothing does not hold up its sender (an upstream socket's reader,
+// which answers every client of that socket).
+func TestReplyToTCPDoesNotBlock(t *testing.T) {
+	ours, theirs := net.Pipe() // writes block until the other end reads
+	defer theirs.Close()
+	tc := &tcpConn{c: ours}
+	done := make(chan struct{})
+	go func() {
+		for range 3 {
+			replyTo{tcp: tc}.send(make([]byte, 100))
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("send to a TCP client that reads nothing blocked")
+	}
+	// The client reads late: it still gets whole, framed answers.
+	theirs.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var lb [2]byte
+	if _, err := io.ReadFull(theirs, lb[:]); err != nil || binary.BigEndian.Uint16(lb[:]) != 100 {
+		t.Fatalf("first frame: length %d, %v; want 100", binary.BigEndian.Uint16(lb[:]), err)
+	}
+}
