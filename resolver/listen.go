@@ -103,6 +103,7 @@ func (s *Server) publishOwn() {
 	slices.SortFunc(own, netip.AddrPort.Compare)
 	s.own.Store(&own)
 	s.socks.Store(&socks)
+	s.refreshTargets()
 }
 
 // Busy reports whether a query waits in the receive queue of one of the

@@ -25,6 +25,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
+	"github.com/meshhost/meshhost/internal/resolvercmd"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -59,6 +60,8 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	fs.Var(&upstreams, "upstream", "upstream DNS server `ADDR[,ADDR...]` (ip or ip:port) for names outside the mesh; repeatable (default: /etc/resolv.conf)")
 	fs.Var(&listens, "listen", "extra resolver listen `ADDR[,ADDR...]` (ip:port); repeatable, e.g. 127.0.0.1:53 for the host itself")
 	fs.Var(&allow, "allow", "extra resolver client `CIDR[,CIDR...]` (or address); repeatable; probed container networks and loopback are always allowed")
+	var cache resolvercmd.CacheFlags
+	cache.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
@@ -76,15 +79,18 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 
 	// The resolver comes first: it serves the saved roster before the
 	// controller or the runtime answer anything.
-	srv, err := resolver.New(resolver.Config{
+	rcfg := resolver.Config{
 		Logger: logger, Registerer: reg, Upstreams: upstreams, Allow: allow,
 		StatePath: dir.Roster(),
 		Forbidden: resolver.PodmanDNSGuard(),
-	})
+	}
+	cache.Apply(&rcfg)
+	srv, err := resolver.New(rcfg)
 	if err != nil {
 		return 1, err
 	}
 	defer srv.Close() // last: the resolver answers until the very end
+	defer resolvercmd.FlushOnSignal(ctx, srv)()
 	for _, l := range listens {
 		if err := srv.Listen(l); err != nil {
 			return 1, fmt.Errorf("--listen %s: %w", l, err)

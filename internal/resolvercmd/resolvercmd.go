@@ -38,6 +38,35 @@ type resolverFlags struct {
 	resolvConf string
 	ttl, neg   time.Duration
 	timeout    time.Duration
+	cache      CacheFlags
+}
+
+// CacheFlags are the cache's flags, shared with `meshhost agent`.
+type CacheFlags struct {
+	Size           int
+	MaxTTL, MaxNeg time.Duration
+}
+
+// Register adds --cache-size, --cache-max-ttl and --cache-max-negative-ttl
+// to fs.
+func (c *CacheFlags) Register(fs *flag.FlagSet) {
+	fs.IntVar(&c.Size, "cache-size", resolver.DefaultCacheSize, "answers to outside names kept in the cache (at most 1232 bytes each); 0 disables the cache; SIGUSR1 empties it")
+	fs.DurationVar(&c.MaxTTL, "cache-max-ttl", resolver.DefaultCacheMaxTTL, "longest time an outside answer is kept (its TTLs are capped to it); 0 disables the cache")
+	fs.DurationVar(&c.MaxNeg, "cache-max-negative-ttl", resolver.DefaultCacheMaxNegativeTTL, "longest time an NXDOMAIN or NODATA answer is kept (RFC 2308: its SOA's TTL and MINIMUM, capped to this); 0 keeps none")
+}
+
+// Apply sets cfg's cache fields from the flags: the flags' 0 (off) is the
+// Config's negative.
+func (c CacheFlags) Apply(cfg *resolver.Config) {
+	off := func(v int64) int64 {
+		if v <= 0 {
+			return -1
+		}
+		return v
+	}
+	cfg.CacheSize = int(off(int64(c.Size)))
+	cfg.CacheMaxTTL = time.Duration(off(int64(c.MaxTTL)))
+	cfg.CacheMaxNegativeTTL = time.Duration(off(int64(c.MaxNeg)))
 }
 
 func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, error) {
@@ -53,6 +82,7 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 	fs.DurationVar(&f.ttl, "ttl", 5*time.Second, "TTL of roster answers")
 	fs.DurationVar(&f.neg, "negative-ttl", 5*time.Second, "TTL of NXDOMAIN and NODATA answers")
 	fs.DurationVar(&f.timeout, "upstream-timeout", 2*time.Second, "time to wait for one upstream")
+	f.cache.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: "+prog+" --roster FILE --listen ADDR[,ADDR...] [--upstream ADDR ...] [--allow CIDR ...] [--state PATH] [--ttl D]")
 		fmt.Fprintln(stderr)
@@ -86,7 +116,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		return 2, err // usage and flag errors
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	srv, err := resolver.New(resolver.Config{
+	cfg := resolver.Config{
 		Logger:          log,
 		TTL:             f.ttl,
 		NegativeTTL:     f.neg,
@@ -95,7 +125,9 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		UpstreamTimeout: f.timeout,
 		Allow:           f.allow,
 		StatePath:       f.state,
-	})
+	}
+	f.cache.Apply(&cfg)
+	srv, err := resolver.New(cfg)
 	if err != nil {
 		return 1, err
 	}
@@ -140,18 +172,18 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	stopFlush := FlushOnSignal(ctx, srv)
+	defer stopFlush()
 	fmt.Fprintf(stderr, "%s: serving on %v\n", prog, srv.Listeners())
 
-	if f.roster == "" {
-		<-ctx.Done()
-		return 0, nil
-	}
 	for {
 		select {
 		case <-ctx.Done():
 			return 0, nil
 		case <-hup:
-			poke()
+			if f.roster != "" {
+				poke()
+			}
 		case <-reload:
 			if err := reloadRoster(log, srv, f.roster); err != nil {
 				log.Error("roster refused; the previous one keeps serving", "err", err)
@@ -182,4 +214,29 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	log.Info("roster applied", "path", path, "generation", r.Generation, "names", len(r.Names),
 		"took", time.Since(start), "applied_unix_nano", time.Now().UnixNano())
 	return nil
+}
+
+// FlushOnSignal empties srv's cache on each SIGUSR1 until ctx ends or the
+// returned func is called (which waits for that).
+func FlushOnSignal(ctx context.Context, srv *resolver.Server) (stop func()) {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-usr1:
+				srv.FlushCache()
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(usr1)
+		cancel()
+		<-done
+	}
 }
