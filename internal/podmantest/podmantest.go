@@ -129,7 +129,10 @@ func ParseVersion(s string) (PodmanVersion, error) {
 var versions sync.Map // socket -> PodmanVersion
 
 // Version returns the version of the podman service the tests talk to
-// (skipping or failing t as Socket does without one).
+// (skipping or failing t as Socket does without one). It fails t when the
+// podman CLI on PATH is older than the service: the 4.3 client breaks on
+// `podman events` against a 5.x service (`eval "$(scripts/podman-up
+// --podman 5)"` puts a 5.x client first on PATH).
 func Version(t testing.TB) PodmanVersion {
 	t.Helper()
 	socket := Socket(t)
@@ -138,13 +141,22 @@ func Version(t testing.TB) PodmanVersion {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "podman", "--url", socket, "version", "--format", "{{.Server.Version}}").Output()
+	out, err := exec.CommandContext(ctx, "podman", "--url", socket, "version", "--format", "{{.Client.Version}} {{.Server.Version}}").Output()
 	if err != nil {
 		t.Fatalf("podmantest: asking the podman service at %s its version: %v", socket, err)
 	}
-	v, err := ParseVersion(string(out))
+	client, server, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	v, err := ParseVersion(server)
 	if err != nil {
 		t.Fatalf("podmantest: %v", err)
+	}
+	c, err := ParseVersion(client)
+	if err != nil {
+		t.Fatalf("podmantest: the podman CLI: %v", err)
+	}
+	if c.Major < v.Major {
+		t.Fatalf("podmantest: the podman CLI on PATH is %s, older than the service at %s (%s), and breaks on some commands (events); "+
+			`put a %d.x client first on PATH (eval "$(scripts/podman-up --podman %d)" does)`, c, socket, v, v.Major, v.Major)
 	}
 	versions.Store(socket, v)
 	return v
@@ -181,6 +193,7 @@ func New(t testing.TB) *Harness {
 	if _, err := h.Podman("ps", "-q", "--last", "1"); err != nil {
 		t.Fatalf("the podman service at %s (%s) does not answer: %v", h.socket, EnvSocket, err)
 	}
+	Version(t) // and the CLI fits it
 	sweepOnce.Do(func() { h.sweep() })
 	t.Cleanup(h.cleanup)
 	return h

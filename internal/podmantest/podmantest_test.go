@@ -35,6 +35,9 @@ func TestCleanupRemovesWhatATestMade(t *testing.T) {
 			t.Fatalf("Containers() = %v, %v; want 2", ids, err)
 		}
 	})
+	if h == nil {
+		return // the subtest failed before making anything
+	}
 	if ids, err := h.Containers(); err != nil || len(ids) != 0 {
 		t.Errorf("after the test, its containers = %v, %v; want none", ids, err)
 	}
