@@ -34,6 +34,7 @@ func TestAgentEndToEnd(t *testing.T) {
 		"--upstream", stub.String(), "--probe-binary", probe,
 		"--probe-outside", probeOutside+"="+probeOutsideAddr.String(),
 		"--node-local", "169.254.53.99", // not assigned here: the default network uses its gateway
+		"--loopback", e2eLoopback,
 	)
 
 	app := h.Name("app")

@@ -103,7 +103,7 @@ func TestAgentSIGKILLMidReplacement(t *testing.T) {
 		fmt.Fprintf(logs, "=== agent started at %s\n", time.Now().Format(time.StampMilli))
 		return fltStart(t, bin, logs, "--runtime", "podman", "--podman", h.Socket(), "--machine", machine,
 			"--state", state, "--push", "unix:"+sock, "--http", "off", "--interval", "1s", "--budget", "100",
-			"--probe-binary", "/nonexistent", "--upstream", stub.String(), "--node-local", "169.254.53.99")
+			"--probe-binary", "/nonexistent", "--upstream", stub.String(), "--node-local", "169.254.53.99", "--loopback", e2eLoopback)
 	}
 	push := fltPusher(sock)
 
@@ -380,7 +380,7 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 	args := []string{"--runtime", "podman", "--podman", h.Socket(), "--machine", machine,
 		"--state", state, "--declaration", dir, "--push", "unix:" + sock, "--http", httpAddr.String(),
 		"--listen", dnsAddr.String(), "--interval", "1s", "--budget", "10", "--probe-binary", "/nonexistent",
-		"--upstream", stub.String(), "--node-local", "169.254.53.99"}
+		"--upstream", stub.String(), "--node-local", "169.254.53.99", "--loopback", e2eLoopback}
 	logs, done, stop := fltInProcess(t, args...)
 
 	var ids map[string]string
@@ -560,7 +560,7 @@ func TestDisruptivePodmanRestart(t *testing.T) {
 	logs, done, _ := fltInProcess(t, "--runtime", "podman", "--podman", socket, "--machine", machine,
 		"--state", state, "--push", "unix:"+sock, "--http", "off", "--listen", dnsAddr.String(),
 		"--interval", "1s", "--budget", "10", "--probe-binary", "/nonexistent",
-		"--upstream", stub.String(), "--node-local", "169.254.53.99")
+		"--upstream", stub.String(), "--node-local", "169.254.53.99", "--loopback", e2eLoopback)
 	push := fltPusher(sock)
 	if err := push(fltDecl(machine, 1, a)); err != nil {
 		t.Fatal(err)
