@@ -50,6 +50,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	budget := fs.Int("budget", reconcile.DefaultBudget.Max, "replacements allowed per budget window")
 	window := fs.Duration("budget-window", reconcile.DefaultBudget.Window, "the replacement budget's window")
 	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local resolver address (assigned to lo) for routed networks")
+	loopback := fs.String("loopback", migrations.DefaultLoopback, "the loopback address (127.0.0.0/8) where the resolver serves aardvark-dns's forwarded queries, for DNS-enabled networks (podman 4.4 and later)")
 	probeBinary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
 	proofMaxAge := fs.Duration("proof-max-age", migrations.DefaultMaxProofAge, "how old a passing probe may be and still switch a network to the resolver; older ones (an agent that could not probe since) wait for a new probe")
 	probeOutside := fs.String("probe-outside", "", "a name outside the mesh the probe must resolve through the resolver's forwarding, as NAME or NAME=ADDR; required before any network can switch to the resolver")
@@ -148,6 +149,10 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		if err != nil {
 			return 2, fmt.Errorf("--node-local: %w", err)
 		}
+		lo, err := netip.ParseAddr(*loopback)
+		if err != nil {
+			return 2, fmt.Errorf("--loopback: %w", err)
+		}
 		outside, outsideWant, err := parseOutside(*probeOutside)
 		if err != nil {
 			return 2, err
@@ -157,7 +162,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		// can be made. The --listen addresses are the operator's: never
 		// closed when a network goes.
 		exposer, err = migrations.NewExposer(migrations.ExposerConfig{
-			Resolver: srv, NodeLocal: nl, Allow: allow, Static: srv.Listeners(), Logger: logger,
+			Resolver: srv, NodeLocal: nl, Loopback: lo, Allow: allow, Static: srv.Listeners(), Logger: logger,
 		})
 		if err != nil {
 			return 1, err
