@@ -14,10 +14,15 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
 	"github.com/meshhost/meshhost/internal/resolvercmd"
 )
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println("meshhost-resolver " + buildinfo.Get().String())
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code, err := resolvercmd.Run(ctx, "meshhost-resolver", os.Stderr, os.Args[1:])
 	stop()

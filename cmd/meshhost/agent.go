@@ -14,9 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshhost/meshhost/internal/agent"
@@ -25,6 +22,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
+	"github.com/meshhost/meshhost/internal/plumbing/procmetrics"
 	"github.com/meshhost/meshhost/internal/resolvercmd"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
@@ -75,8 +73,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	if err := dir.Create(); err != nil {
 		return 1, err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := procmetrics.NewRegistry() // with meshhost_build_info
 
 	// The resolver comes first: it serves the saved roster before the
 	// controller or the runtime answer anything.
@@ -243,7 +240,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 			return 1, fmt.Errorf("--http: %w", err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", procmetrics.Handler(reg))
 		mux.Handle("/healthz", a.Handler()) // neither waits for a pass in progress
 		mux.Handle("/v1/report", a.Handler())
 		logger.Info("metrics and health", "addr", l.Addr().String())

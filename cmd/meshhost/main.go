@@ -77,6 +77,9 @@ func run(ctx context.Context, env *environment, args []string) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"}
+	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(env.stderr, "meshhost: unknown command %q\n\n", args[0])

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
+	"github.com/meshhost/meshhost/internal/plumbing/procmetrics"
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec/specjson"
@@ -39,6 +41,7 @@ type resolverFlags struct {
 	ttl, neg   time.Duration
 	timeout    time.Duration
 	cache      CacheFlags
+	metrics    string
 }
 
 // CacheFlags are the cache's flags, shared with `meshhost agent`.
@@ -83,6 +86,7 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 	fs.DurationVar(&f.neg, "negative-ttl", 5*time.Second, "TTL of NXDOMAIN and NODATA answers")
 	fs.DurationVar(&f.timeout, "upstream-timeout", 2*time.Second, "time to wait for one upstream")
 	f.cache.Register(fs)
+	fs.StringVar(&f.metrics, "metrics", "", "`ADDR` (ip:port) to serve Prometheus metrics on, at /metrics, e.g. 127.0.0.1:9470 (default: none)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: "+prog+" --roster FILE --listen ADDR[,ADDR...] [--upstream ADDR ...] [--allow CIDR ...] [--state PATH] [--ttl D]")
 		fmt.Fprintln(stderr)
@@ -116,8 +120,10 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		return 2, err // usage and flag errors
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	reg := procmetrics.NewRegistry()
 	cfg := resolver.Config{
 		Logger:          log,
+		Registerer:      reg,
 		TTL:             f.ttl,
 		NegativeTTL:     f.neg,
 		Upstreams:       f.upstreams,
@@ -168,6 +174,22 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		if err := srv.Listen(a); err != nil {
 			return 1, err
 		}
+	}
+	if f.metrics != "" {
+		l, err := net.Listen("tcp", f.metrics)
+		if err != nil {
+			return 1, fmt.Errorf("--metrics: %w", err)
+		}
+		mctx, stopMetrics := context.WithCancel(ctx)
+		served := make(chan struct{})
+		go func() {
+			if err := procmetrics.Serve(mctx, l, reg); err != nil {
+				log.Error("metrics endpoint stopped", "err", err)
+			}
+			close(served)
+		}()
+		defer func() { stopMetrics(); <-served }()
+		log.Info("metrics", "addr", l.Addr().String())
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
