@@ -44,6 +44,7 @@ func (r *Reconciler) Apply(ctx context.Context, p *Plan) (*Result, error) {
 	res.Duration = r.now().Sub(start)
 	r.metrics.passDuration.Observe(res.Duration.Seconds())
 	r.metrics.budgetUsed.Set(float64(len(r.BudgetUsed())))
+	r.metrics.pending.WithLabelValues(PendingBudget).Set(float64(res.Deferred))
 	return res, res.Err()
 }
 

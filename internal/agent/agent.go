@@ -232,7 +232,6 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		if v := recover(); v != nil {
 			err = a.recovered("the pass", v)
 		}
-		a.metrics.pass(err, time.Since(start))
 		st := &status{at: time.Now(), err: err, report: a.status.Load().report}
 		if rep != nil {
 			rep.Duration = time.Since(start)
@@ -244,6 +243,9 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 				}
 			}
 		}
+		// A pass whose state could not be saved after it has not succeeded:
+		// the same verdict as Health's.
+		a.metrics.pass(st.err, time.Since(start), time.Now())
 		a.status.Store(st)
 	}()
 	decl, origin := a.cfg.Source.Current()
