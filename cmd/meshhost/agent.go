@@ -21,6 +21,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
 	"github.com/meshhost/meshhost/internal/plumbing/procmetrics"
 	"github.com/meshhost/meshhost/internal/resolvercmd"
@@ -52,7 +53,8 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	probeBinary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
 	proofMaxAge := fs.Duration("proof-max-age", migrations.DefaultMaxProofAge, "how old a passing probe may be and still switch a network to the resolver; older ones (an agent that could not probe since) wait for a new probe")
 	probeOutside := fs.String("probe-outside", "", "a name outside the mesh the probe must resolve through the resolver's forwarding, as NAME or NAME=ADDR; required before any network can switch to the resolver")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var logFlags logging.Flags
+	logFlags.Register(fs)
 	var upstreams netflag.Upstreams
 	var listens netflag.AddrPorts
 	var allow netflag.Prefixes
@@ -64,11 +66,10 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return 2, fmt.Errorf("--log-level: %w", err)
+	logger, err := logFlags.Logger(env.stderr)
+	if err != nil {
+		return 2, err
 	}
-	logger := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
 	dir := statedir.New(*stateDir)
 	if err := dir.Create(); err != nil {
 		return 1, err
@@ -95,7 +96,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		}
 	}
 	if r := srv.Roster(); r != nil {
-		logger.Info("serving the saved roster", "generation", r.Generation, "names", len(r.Names))
+		logger.Info("serving the saved roster", "roster_generation", r.Generation, "names", len(r.Names))
 	}
 
 	saved, err := agent.LoadDeclaration(dir)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
+	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
 	"github.com/meshhost/meshhost/internal/plumbing/procmetrics"
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
@@ -42,6 +43,7 @@ type resolverFlags struct {
 	timeout    time.Duration
 	cache      CacheFlags
 	metrics    string
+	log        logging.Flags
 }
 
 // CacheFlags are the cache's flags, shared with `meshhost agent`.
@@ -86,6 +88,7 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 	fs.DurationVar(&f.neg, "negative-ttl", 5*time.Second, "TTL of NXDOMAIN and NODATA answers")
 	fs.DurationVar(&f.timeout, "upstream-timeout", 2*time.Second, "time to wait for one upstream")
 	f.cache.Register(fs)
+	f.log.Register(fs)
 	fs.StringVar(&f.metrics, "metrics", "", "`ADDR` (ip:port) to serve Prometheus metrics on, at /metrics, e.g. 127.0.0.1:9470 (default: none)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: "+prog+" --roster FILE --listen ADDR[,ADDR...] [--upstream ADDR ...] [--allow CIDR ...] [--state PATH] [--ttl D]")
@@ -119,7 +122,10 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	if err != nil {
 		return 2, err // usage and flag errors
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	log, err := f.log.Logger(stderr)
+	if err != nil {
+		return 2, err // a flag's value
+	}
 	reg := procmetrics.NewRegistry()
 	cfg := resolver.Config{
 		Logger:          log,
@@ -233,7 +239,7 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	if err != nil {
 		return fmt.Errorf("roster %q: %w", path, err)
 	}
-	log.Info("roster applied", "path", path, "generation", r.Generation, "names", len(r.Names),
+	log.Info("roster applied", "path", path, "roster_generation", r.Generation, "names", len(r.Names),
 		"took", time.Since(start), "applied_unix_nano", time.Now().UnixNano())
 	return nil
 }
