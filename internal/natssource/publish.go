@@ -39,7 +39,9 @@ func NewPublisher(nc *nats.Conn, layout Layout) (*Publisher, error) {
 	if err := layout.validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	// Acknowledgements lost with a server that died are given up on after
+	// the timeout, so a later publish does not wait for them.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
@@ -347,19 +349,14 @@ func (p *Publisher) write(ctx context.Context, writes []write) (through uint64, 
 		}
 		futures = append(futures, f)
 	}
-	select {
-	case <-p.js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return 0, bytes, fmt.Errorf("writing names: %w; nothing was committed", ctx.Err())
-	case <-time.After(time.Minute):
-		return 0, bytes, errors.New("writing names: no acknowledgement within a minute; nothing was committed")
-	}
 	for i, f := range futures {
 		select {
 		case ack := <-f.Ok():
 			through = max(through, ack.Sequence)
 		case err := <-f.Err():
 			return 0, bytes, fmt.Errorf("writing %s: %w; nothing was committed", writes[i].name, err)
+		case <-ctx.Done():
+			return 0, bytes, fmt.Errorf("writing names: %w; nothing was committed", ctx.Err())
 		}
 	}
 	return through, bytes, nil

@@ -83,6 +83,10 @@ type rosterState struct {
 	pending map[string][]version
 	next    *seenCommit // the newest commit record read, not evaluated yet
 	lastRev uint64      // the last revision read
+	// lastCommit is the revision of the newest commit record read,
+	// applied or not: a watch resumed on a server that lost writes and
+	// reused their revisions is noticed by it (see Watcher.session).
+	lastCommit uint64
 	// full is set after a reset: the next evaluation rebuilds the roster
 	// from what was read instead of applying pending to the one in force.
 	full bool
@@ -100,6 +104,7 @@ func (s *rosterState) seed(sn *Snapshot) {
 	s.names = view{base: sn.Names, n: len(sn.Names)}
 	s.sum = sn.digest
 	s.lastRev = sn.Revision
+	s.lastCommit = sn.CommitRevision
 	s.full = false
 }
 
@@ -118,6 +123,7 @@ func (s *rosterState) reset() {
 	s.pending = map[string][]version{}
 	s.next = nil
 	s.lastRev = 0
+	s.lastCommit = 0
 	s.full = true
 }
 
@@ -130,6 +136,7 @@ func (s *rosterState) observe(key string, rev uint64, deleted bool, value []byte
 	}
 	s.lastRev = rev
 	if key == CommitKey {
+		s.lastCommit = rev
 		if rev <= s.commitRev {
 			return nil // history of the record in force (a re-read)
 		}

@@ -78,7 +78,6 @@ type Watcher struct {
 	log     *slog.Logger
 	metrics *metrics
 	kick    chan struct{} // a reconnect: resume the watch now
-	reopen  chan struct{} // read the roster bucket whole again now
 	health  atomic.Pointer[healthState]
 	origin  string
 
@@ -89,6 +88,10 @@ type Watcher struct {
 	declRev        uint64
 	streams        map[string]time.Time // bucket -> its stream's creation time
 	resyncedAt     uint64               // the commit revision a resync was last tried for
+	// suspect is a commit record that did not add up before the watch
+	// was known to be caught up (a value it covers may have been
+	// superseded since); the stall check settles it.
+	suspect *CommitError
 	refusedLogged  string
 	lastProblemLog string
 }
@@ -122,7 +125,7 @@ func NewWatcher(cfg Config) (*Watcher, error) {
 	}
 	w := &Watcher{
 		cfg: cfg, log: cfg.Logger.With("component", "natssource"), metrics: m,
-		kick: make(chan struct{}, 1), reopen: make(chan struct{}, 1), roster: newRosterState(), streams: map[string]time.Time{},
+		kick: make(chan struct{}, 1), roster: newRosterState(), streams: map[string]time.Time{},
 		origin: "nats " + cfg.Layout.Roster,
 	}
 	if cfg.Seed != nil {
@@ -172,6 +175,9 @@ func (w *Watcher) unreachableFor() time.Duration {
 }
 
 func (w *Watcher) setLive() {
+	w.mu.Lock()
+	w.lastProblemLog = ""
+	w.mu.Unlock()
 	if !w.health.Load().down.IsZero() {
 		w.health.Store(&healthState{})
 		w.log.Info("watching the roster source", "url", w.cfg.Server.URL, "roster_bucket", w.cfg.Layout.Roster)
@@ -235,7 +241,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		w.mu.Lock()
 		from := w.roster.lastRev
-		if err.Error() != w.lastProblemLog {
+		switch {
+		case errors.Is(err, errReconnected) || errors.Is(err, errResync):
+			w.log.Info("opening the roster watch again", "why", err, "after_revision", from)
+		case err.Error() != w.lastProblemLog:
 			w.lastProblemLog = err.Error()
 			w.log.Warn("roster watch interrupted; the roster in force stays, and reading resumes after the last revision read",
 				"err", err, "revision", from, "generation", w.roster.gen)
@@ -269,6 +278,9 @@ func (w *Watcher) session(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 	defer cancel()
 	rkv, err := w.bucket(sctx, js, w.cfg.Layout.Roster)
 	if err != nil {
+		return err
+	}
+	if err := w.checkCommit(sctx, rkv); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -310,6 +322,13 @@ func (w *Watcher) session(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 
 	tick := time.NewTicker(max(w.cfg.Patience/2, time.Second))
 	defer tick.Stop()
+	// Delta (the consumer's pending count) says when the watch is caught
+	// up, but it counts messages the bucket's history limit removes
+	// before they are delivered, so it may never reach 0: a pause in the
+	// entries evaluates too.
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	defer idle.Stop()
 	progress := false
 	for {
 		select {
@@ -317,21 +336,28 @@ func (w *Watcher) session(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 			return ctx.Err()
 		case <-w.kick:
 			return errReconnected
-		case <-w.reopen:
-			return errResync
 		case e, ok := <-rw.Updates():
 			if !ok {
 				return fmt.Errorf("the watch of bucket %s closed", w.cfg.Layout.Roster)
 			}
 			progress = true
 			if e == nil { // caught up with the bucket
-				w.evaluate(sctx, js)
+				if w.evaluate(true) {
+					return errResync
+				}
 				continue
 			}
 			w.observe(e)
 			if e.Delta() == 0 {
-				w.evaluate(sctx, js)
+				idle.Stop()
+				if w.evaluate(true) {
+					return errResync
+				}
+			} else {
+				idle.Reset(20 * time.Millisecond)
 			}
+		case <-idle.C:
+			w.evaluate(false)
 		case e, ok := <-mupdates:
 			if !ok {
 				return fmt.Errorf("the watch of bucket %s closed", w.cfg.Layout.Machines)
@@ -391,6 +417,38 @@ func (w *Watcher) bucket(ctx context.Context, js jetstream.JetStream, name strin
 	return kv, nil
 }
 
+// checkCommit reads the commit record before a watch resumes. A record
+// at or below the last revision read that is not the newest one read
+// means the bucket's history is not the one read: a server that lost
+// acknowledged writes (killed before they reached its disk) and reused
+// their revisions for new ones. The bucket is then read whole again.
+func (w *Watcher) checkCommit(ctx context.Context, kv jetstream.KeyValue) error {
+	w.mu.Lock()
+	read, seen := w.roster.lastRev, w.roster.lastCommit
+	w.mu.Unlock()
+	if read == 0 {
+		return nil
+	}
+	tctx, cancel := context.WithTimeout(ctx, max(w.cfg.Patience/2, 2*time.Second))
+	defer cancel()
+	e, err := kv.Get(tctx, CommitKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the commit record of bucket %s: %w", w.cfg.Layout.Roster, err)
+	}
+	if e.Revision() <= read && e.Revision() != seen {
+		w.mu.Lock()
+		w.roster.reset()
+		w.mu.Unlock()
+		w.metrics.resyncs.Inc()
+		w.log.Warn("the roster bucket's history differs from what was read (a server that lost writes?); reading it whole again",
+			"commit_revision", e.Revision(), "read_up_to", read, "last_commit_read", seen)
+	}
+	return nil
+}
+
 // stalled reports a watch that read nothing since the last tick while the
 // bucket holds revisions it has not read.
 func (w *Watcher) stalled(ctx context.Context, kv jetstream.KeyValue, progress bool) error {
@@ -406,9 +464,14 @@ func (w *Watcher) stalled(ctx context.Context, kv jetstream.KeyValue, progress b
 	last := st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
 	w.mu.Lock()
 	read := w.roster.lastRev
+	suspect := w.suspect
+	w.suspect = nil
 	w.mu.Unlock()
 	if last != read {
 		return fmt.Errorf("the watch of bucket %s stalled at revision %d; the bucket is at %d", w.cfg.Layout.Roster, read, last)
+	}
+	if suspect != nil && w.settle(suspect) {
+		return errResync
 	}
 	return nil
 }
@@ -424,25 +487,28 @@ func (w *Watcher) observe(e jetstream.KeyValueEntry) {
 }
 
 // evaluate puts the newest commit read in force if it adds up, and hands
-// the result on. A commit that does not add up once the watch is caught
-// up is tried once more against the whole bucket read again: what was
-// read may have missed a value the bucket no longer holds.
-func (w *Watcher) evaluate(ctx context.Context, js jetstream.JetStream) {
+// the result on. caughtUp says the watch has read everything the bucket
+// holds. A commit that does not add up then is tried once more against
+// the whole bucket read again: what was read may lack a value the bucket
+// no longer holds (superseded under its history limit before this watch
+// read it). One that does not add up before that is left to the stall
+// check, since a newer commit usually follows.
+func (w *Watcher) evaluate(caughtUp bool) (resync bool) {
 	w.mu.Lock()
 	next := w.roster.next
 	ch, err := w.roster.evaluate()
 	var ce *CommitError
-	if errors.As(err, &ce) && ce.Reason == reasonInconsistent && !w.roster.full && w.resyncedAt != ce.Revision {
-		w.resyncedAt = ce.Revision
-		w.log.Warn("roster commit does not add up to what was read; reading the bucket whole again", "err", err)
-		w.roster.reset()
-		w.metrics.resyncs.Inc()
-		w.mu.Unlock()
-		select { // the session opens a new watch from the start
-		case w.reopen <- struct{}{}:
-		default:
+	if errors.As(err, &ce) && ce.Reason == reasonInconsistent {
+		if !caughtUp {
+			w.suspect = ce
+			w.mu.Unlock()
+			return false
 		}
-		return
+		w.mu.Unlock()
+		return w.settle(ce)
+	}
+	if ch != nil {
+		w.suspect = nil
 	}
 	var sn *Snapshot
 	var decl *spec.Declaration
@@ -457,10 +523,10 @@ func (w *Watcher) evaluate(ctx context.Context, js jetstream.JetStream) {
 		if next != nil {
 			w.refused(err)
 		}
-		return
+		return false
 	}
 	if ch == nil {
-		return
+		return false
 	}
 	w.metrics.commits.WithLabelValues("applied").Inc()
 	w.metrics.rosterApplied(ch.Generation, ch.Revision)
@@ -469,6 +535,25 @@ func (w *Watcher) evaluate(ctx context.Context, js jetstream.JetStream) {
 		w.cfg.OnChange(ch)
 	}
 	w.deliver(decl, sn)
+	return false
+}
+
+// settle decides on a commit that did not add up once the watch was
+// caught up: the first time (per record), the bucket is read whole again
+// (true); after a whole read it is refused.
+func (w *Watcher) settle(ce *CommitError) bool {
+	w.mu.Lock()
+	if !w.roster.full && w.resyncedAt != ce.Revision {
+		w.resyncedAt = ce.Revision
+		w.roster.reset()
+		w.mu.Unlock()
+		w.metrics.resyncs.Inc()
+		w.log.Warn("roster commit does not add up to what was read; reading the bucket whole again", "err", ce)
+		return true
+	}
+	w.mu.Unlock()
+	w.refused(ce)
+	return false
 }
 
 // refused counts and logs a refused commit (once per distinct refusal).
