@@ -82,16 +82,16 @@ type Watcher struct {
 	origin  string
 
 	// mu guards the fields below. The Run goroutine alone changes them.
-	mu             sync.Mutex
-	roster         *rosterState
-	decl           *spec.Declaration // the machine's, without roster
-	declRev        uint64
-	streams        map[string]time.Time // bucket -> its stream's creation time
-	resyncedAt     uint64               // the commit revision a resync was last tried for
+	mu         sync.Mutex
+	roster     *rosterState
+	decl       *spec.Declaration // the machine's, without roster
+	declRev    uint64
+	streams    map[string]time.Time // bucket -> its stream's creation time
+	resyncedAt uint64               // the commit revision a resync was last tried for
 	// suspect is a commit record that did not add up before the watch
 	// was known to be caught up (a value it covers may have been
 	// superseded since); the stall check settles it.
-	suspect *CommitError
+	suspect        *CommitError
 	refusedLogged  string
 	lastProblemLog string
 }
