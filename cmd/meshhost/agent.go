@@ -44,6 +44,8 @@ const (
 func runAgent(ctx context.Context, env *environment, args []string) (int, error) {
 	fs := newFlagSet(env, "agent")
 	declPath := fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes")
+	natsURL := fs.String("source", "", "a NATS JetStream roster source, nats://HOST:4222 (see --nats-*): the roster and this machine's declaration are watched in its buckets")
+	natsOpts := addNATSFlags(fs)
 	push := fs.String("push", "", "the controller's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock; \"off\" disables it)")
 	httpAddr := fs.String("http", "127.0.0.1:9469", "where /metrics and /healthz are served (\"off\" disables them)")
 	machine := fs.String("machine", defaultMachine(), "this machine's name in the mesh: declarations for another machine are refused, and only containers it created are ever removed")
@@ -101,6 +103,10 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		return 1, err
 	}
 	source := declsource.New(logger, *machine, saved)
+	natsw, err := natsOpts.watcher(*natsURL, *machine, source, logger, reg)
+	if err != nil {
+		return 2, err
+	}
 	var savedGen uint64 // the declaration in force is on disk already: not written again
 	if cur, _ := source.Current(); cur != nil {
 		savedGen = cur.Generation
@@ -207,6 +213,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return natsw.run(gctx) })
 	if *declPath != "" {
 		g.Go(func() error { return source.WatchPath(gctx, *declPath) })
 	}
@@ -230,7 +237,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-			if err := a.Health(); err != nil {
+			if err := errors.Join(a.Health(), natsw.health()); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}

@@ -72,14 +72,14 @@ func (p *Publisher) EnsureBuckets(ctx context.Context) error {
 
 // Result is what a publish wrote.
 type Result struct {
-	Generation uint64 // committed now
-	Previous   uint64 // committed before (0: none)
-	Set        int    // names written (added or changed)
-	Removed    int    // names deleted
-	Names      int    // names in the roster now
-	Revision   uint64 // the commit's Revision
-	Unchanged  bool   // this generation was committed already, with this roster
-	Bytes      int    // payload bytes written (values and commit record)
+	Generation uint64 `json:"generation"` // committed now
+	Previous   uint64 `json:"previous"`   // committed before (0: none)
+	Set        int    `json:"set"`        // names written (added or changed)
+	Removed    int    `json:"removed"`    // names deleted
+	Names      int    `json:"names"`      // names in the roster now
+	Revision   uint64 `json:"revision"`   // the commit's Revision
+	Unchanged  bool   `json:"unchanged"`  // this generation was committed already, with this roster
+	Bytes      int    `json:"bytes"`      // payload bytes written (values and commit record)
 }
 
 // current is the roster bucket as a publisher reads it: every key's newest
