@@ -38,6 +38,7 @@ test:
 	@set -euo pipefail; \
 	eval "$$(scripts/podman-up)"; \
 	echo "podman: $$MESHHOST_PODMAN_SOCKET"; \
+	eval "$$(scripts/nats-up)"; \
 	go vet ./...; \
 	CGO_ENABLED=1 go test -race -count=1 -run '^$$' ./... >/dev/null; \
 	CGO_ENABLED=1 go test -race -count=1 -p 1 -timeout 40m ./...; \
