@@ -334,8 +334,7 @@ func (p *Publisher) write(ctx context.Context, writes []write) (through uint64, 
 	if len(writes) == 0 {
 		return 0, 0, nil
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(writes))
-	for _, w := range writes {
+	msg := func(w write) *nats.Msg {
 		m := &nats.Msg{Subject: "$KV." + p.layout.Roster + "." + NameKey(w.name), Header: nats.Header{}}
 		if w.addrs == nil {
 			m.Header.Set("KV-Operation", "DEL")
@@ -343,7 +342,23 @@ func (p *Publisher) write(ctx context.Context, writes []write) (through uint64, 
 			m.Data = encodeAddrs(w.addrs)
 		}
 		bytes += len(m.Data)
-		f, err := p.js.PublishMsgAsync(m)
+		return m
+	}
+	if len(writes) <= 8 {
+		// A few names: one after the other, each acknowledged.
+		for _, w := range writes {
+			ack, err := p.js.PublishMsg(ctx, msg(w))
+			if err != nil {
+				return 0, bytes, fmt.Errorf("writing %s: %w; nothing was committed", w.name, err)
+			}
+			through = max(through, ack.Sequence)
+		}
+		return through, bytes, nil
+	}
+	// Many: pipelined.
+	futures := make([]jetstream.PubAckFuture, 0, len(writes))
+	for _, w := range writes {
+		f, err := p.js.PublishMsgAsync(msg(w))
 		if err != nil {
 			return 0, bytes, fmt.Errorf("writing %s: %w; nothing was committed", w.name, err)
 		}

@@ -79,7 +79,10 @@ type Watcher struct {
 	metrics *metrics
 	kick    chan struct{} // a reconnect: resume the watch now
 	health  atomic.Pointer[healthState]
-	origin  string
+	// everLive is set once a watch was first established: a connect
+	// callback after that is not news.
+	everLive atomic.Bool
+	origin   string
 
 	// mu guards the fields below. The Run goroutine alone changes them.
 	mu         sync.Mutex
@@ -175,6 +178,7 @@ func (w *Watcher) unreachableFor() time.Duration {
 }
 
 func (w *Watcher) setLive() {
+	w.everLive.Store(true)
 	w.mu.Lock()
 	w.lastProblemLog = ""
 	w.mu.Unlock()
@@ -219,7 +223,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.setDown(fmt.Errorf("disconnected: %w", err))
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { w.poke() }),
-		nats.ConnectHandler(func(*nats.Conn) { w.poke() }),
+		// A first connect that was retried (the server was down at the
+		// start) opens the watch at once, not after the backoff.
+		nats.ConnectHandler(func(*nats.Conn) {
+			if !w.everLive.Load() {
+				w.poke()
+			}
+		}),
 	)...)
 	if err != nil {
 		return err
