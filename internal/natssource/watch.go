@@ -296,46 +296,39 @@ func (w *Watcher) session(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 	w.mu.Lock()
 	from := w.roster.lastRev
 	w.mu.Unlock()
-	opts := []jetstream.WatchOpt{jetstream.IncludeHistory()}
 	if from > 0 {
-		opts = append(opts, jetstream.ResumeFromRevision(from+1))
 		w.metrics.resumes.Inc()
 		w.log.Debug("resuming the roster watch", "after", from)
 	}
-	rw, err := rkv.WatchAll(sctx, opts...)
+	rf, err := follow(nc, w.cfg.Layout.Roster, "", from)
 	if err != nil {
-		return fmt.Errorf("watching bucket %s: %w", w.cfg.Layout.Roster, err)
+		return err
 	}
-	defer rw.Stop()
+	defer rf.stop()
 
-	var mkv jetstream.KeyValue
-	var mupdates <-chan jetstream.KeyValueEntry
+	var mentries <-chan entry
 	if w.cfg.Machine != "" {
-		if mkv, err = w.bucket(sctx, js, w.cfg.Layout.Machines); err != nil {
+		if _, err = w.bucket(sctx, js, w.cfg.Layout.Machines); err != nil {
 			return err
 		}
 		w.mu.Lock()
 		mfrom := w.declRev
 		w.mu.Unlock()
-		mopts := []jetstream.WatchOpt{}
-		if mfrom > 0 {
-			mopts = append(mopts, jetstream.ResumeFromRevision(mfrom+1))
-		}
-		mw, err := mkv.Watch(sctx, w.cfg.Machine, mopts...)
+		mf, err := follow(nc, w.cfg.Layout.Machines, w.cfg.Machine, mfrom)
 		if err != nil {
-			return fmt.Errorf("watching bucket %s: %w", w.cfg.Layout.Machines, err)
+			return err
 		}
-		defer mw.Stop()
-		mupdates = mw.Updates()
+		defer mf.stop()
+		mentries = mf.entries()
 	}
 	w.setLive()
 
 	tick := time.NewTicker(max(w.cfg.Patience/2, time.Second))
 	defer tick.Stop()
-	// Delta (the consumer's pending count) says when the watch is caught
-	// up, but it counts messages the bucket's history limit removes
-	// before they are delivered, so it may never reach 0: a pause in the
-	// entries evaluates too.
+	// The pending count says when the watch is caught up, but it counts
+	// messages the bucket's history limit removes before they are
+	// delivered, so it may never reach 0: a pause in the entries
+	// evaluates too.
 	idle := time.NewTimer(time.Hour)
 	idle.Stop()
 	defer idle.Stop()
@@ -346,19 +339,10 @@ func (w *Watcher) session(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 			return ctx.Err()
 		case <-w.kick:
 			return errReconnected
-		case e, ok := <-rw.Updates():
-			if !ok {
-				return fmt.Errorf("the watch of bucket %s closed", w.cfg.Layout.Roster)
-			}
+		case e := <-rf.entries():
 			progress = true
-			if e == nil { // caught up with the bucket
-				if w.evaluate(true) {
-					return errResync
-				}
-				continue
-			}
 			w.observe(e)
-			if e.Delta() == 0 {
+			if e.pending == 0 {
 				idle.Stop()
 				if w.evaluate(true) {
 					return errResync
@@ -368,16 +352,14 @@ func (w *Watcher) session(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 			}
 		case <-idle.C:
 			w.evaluate(false)
-		case e, ok := <-mupdates:
-			if !ok {
-				return fmt.Errorf("the watch of bucket %s closed", w.cfg.Layout.Machines)
-			}
-			if e != nil {
-				w.observeDeclaration(e)
-			}
+		case e := <-mentries:
+			w.observeDeclaration(e)
 		case <-tick.C:
 			// A watch that fell silent while the bucket moved on (a lost
 			// consumer nats.go did not notice) is opened again.
+			if !rf.valid() {
+				return fmt.Errorf("the watch of bucket %s ended", w.cfg.Layout.Roster)
+			}
 			if err := w.stalled(sctx, rkv, progress); err != nil {
 				return err
 			}
@@ -486,10 +468,9 @@ func (w *Watcher) stalled(ctx context.Context, kv jetstream.KeyValue, progress b
 	return nil
 }
 
-func (w *Watcher) observe(e jetstream.KeyValueEntry) {
-	deleted := e.Operation() != jetstream.KeyValuePut
+func (w *Watcher) observe(e entry) {
 	w.mu.Lock()
-	err := w.roster.observe(e.Key(), e.Revision(), deleted, e.Value())
+	err := w.roster.observe(e.key, e.rev, e.deleted, e.value)
 	w.mu.Unlock()
 	if err != nil {
 		w.refused(err)
@@ -584,21 +565,21 @@ func (w *Watcher) refused(err error) {
 	}
 }
 
-func (w *Watcher) observeDeclaration(e jetstream.KeyValueEntry) {
+func (w *Watcher) observeDeclaration(e entry) {
 	w.mu.Lock()
-	if e.Revision() <= w.declRev {
+	if e.rev <= w.declRev {
 		w.mu.Unlock()
 		return
 	}
-	w.declRev = e.Revision()
+	w.declRev = e.rev
 	cur := w.decl
 	w.mu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
+	if e.deleted {
 		w.metrics.declarations.WithLabelValues("invalid").Inc()
 		w.log.Error("the machine's declaration was deleted from the bucket; the declaration in force stays (publish one with no containers to empty the machine)", "machine", w.cfg.Machine)
 		return
 	}
-	d, err := parseMachineDeclaration(e.Value())
+	d, err := parseMachineDeclaration(e.value)
 	if err == nil && d.Machine != w.cfg.Machine {
 		err = &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; this agent runs %q", d.Machine, w.cfg.Machine)}
 	}
@@ -612,7 +593,7 @@ func (w *Watcher) observeDeclaration(e jetstream.KeyValueEntry) {
 	}
 	if err != nil {
 		w.metrics.declarations.WithLabelValues("invalid").Inc()
-		w.log.Error("declaration refused; the one in force stays", "revision", e.Revision(), "err", err)
+		w.log.Error("declaration refused; the one in force stays", "revision", e.rev, "err", err)
 		return
 	}
 	w.metrics.declarations.WithLabelValues("applied").Inc()
