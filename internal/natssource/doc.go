@@ -88,9 +88,19 @@
 // declaration whose generation is not newer than the one read is refused,
 // and so is a deletion: the declaration in force stays.
 //
+// A server killed outright (one server, no sync_always) may lose writes it
+// acknowledged just before, and hand their revisions to new writes. A
+// watcher notices when the commit record it reads on resuming is not the
+// one it last read at that revision, and reads the bucket whole again;
+// the controller's next publish restores what was lost.
+//
 // # Server versions
 //
-// Only core KV operations are used (stream info, ordered push consumers
-// from a start sequence, publish with expected last subject sequence), so
-// NATS server 2.9 (Debian 12) and later serve it.
+// Only core JetStream operations are used (stream info, direct get,
+// ordered push consumers from a start sequence, publish with an expected
+// last subject sequence), so NATS server 2.9 (Debian 12) and later serve
+// it. The roster bucket is read by a consumer without a subject filter:
+// nats-server 2.9 creates a filtered one in time proportional to the
+// bucket's keys, which made a thousand watchers of 100,000 names take
+// minutes to start.
 package natssource
