@@ -61,16 +61,19 @@ func testLayout(t testing.TB, url string) Layout {
 // ownServer is a nats-server of the test's own, which it may kill and
 // restart: same port, same store.
 type ownServer struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	port int
-	cmd  *exec.Cmd
+	t     testing.TB
+	bin   string
+	dir   string
+	port  int
+	extra []string // more arguments
+	cmd   *exec.Cmd
+	// connect are the options a test client needs (TLS).
+	connect []nats.Option
 }
 
-func startOwnServer(t testing.TB) *ownServer {
+func startOwnServer(t testing.TB, extra ...string) *ownServer {
 	t.Helper()
-	s := &ownServer{t: t, bin: needNATS(t, "MESHHOST_NATS_SERVER"), dir: t.TempDir(), port: freePort(t)}
+	s := &ownServer{t: t, bin: needNATS(t, "MESHHOST_NATS_SERVER"), dir: t.TempDir(), port: freePort(t), extra: extra}
 	s.start()
 	t.Cleanup(func() { s.kill() })
 	return s
@@ -80,7 +83,7 @@ func (s *ownServer) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.p
 
 func (s *ownServer) start() {
 	s.t.Helper()
-	cmd := exec.Command(s.bin, "--jetstream", "--store_dir", filepath.Join(s.dir, "store"), "--addr", "127.0.0.1", "--port", fmt.Sprint(s.port))
+	cmd := exec.Command(s.bin, append([]string{"--jetstream", "--store_dir", filepath.Join(s.dir, "store"), "--addr", "127.0.0.1", "--port", fmt.Sprint(s.port)}, s.extra...)...)
 	log, err := os.OpenFile(filepath.Join(s.dir, "log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		s.t.Fatal(err)
@@ -95,7 +98,7 @@ func (s *ownServer) start() {
 	s.cmd = cmd
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		nc, err := nats.Connect(s.URL(), nats.Timeout(time.Second))
+		nc, err := nats.Connect(s.URL(), append([]nats.Option{nats.Timeout(time.Second)}, s.connect...)...)
 		if err == nil {
 			js, _ := jetstream.New(nc)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
