@@ -66,7 +66,9 @@ type ownServer struct {
 	dir   string
 	port  int
 	extra []string // more arguments
-	cmd   *exec.Cmd
+	// mu guards cmd: a test restarts the server from another goroutine.
+	mu  sync.Mutex
+	cmd *exec.Cmd
 	// connect are the options a test client needs (TLS).
 	connect []nats.Option
 }
@@ -83,20 +85,30 @@ func (s *ownServer) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.p
 
 func (s *ownServer) start() {
 	s.t.Helper()
+	if err := s.startE(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// startE starts the server and waits until JetStream answers; it may run
+// outside the test's goroutine.
+func (s *ownServer) startE() error {
 	cmd := exec.Command(s.bin, append([]string{"--jetstream", "--store_dir", filepath.Join(s.dir, "store"), "--addr", "127.0.0.1", "--port", fmt.Sprint(s.port)}, s.extra...)...)
 	log, err := os.OpenFile(filepath.Join(s.dir, "log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		s.t.Fatal(err)
+		return err
 	}
 	cmd.Stdout, cmd.Stderr = log, log
 	// The server dies with the test binary, even one killed by -timeout.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("starting %s: %v", s.bin, err)
+		return fmt.Errorf("starting %s: %v", s.bin, err)
 	}
 	log.Close()
+	s.mu.Lock()
 	s.cmd = cmd
-	deadline := time.Now().Add(20 * time.Second)
+	s.mu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		nc, err := nats.Connect(s.URL(), append([]nats.Option{nats.Timeout(time.Second)}, s.connect...)...)
 		if err == nil {
@@ -106,17 +118,19 @@ func (s *ownServer) start() {
 			cancel()
 			nc.Close()
 			if err == nil {
-				return
+				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	data, _ := os.ReadFile(filepath.Join(s.dir, "log"))
-	s.t.Fatalf("nats-server on port %d did not come up; its log:\n%s", s.port, data)
+	return fmt.Errorf("nats-server on port %d did not come up; its log:\n%s", s.port, data)
 }
 
 // kill kills the server with SIGKILL, as a crash would.
 func (s *ownServer) kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.cmd == nil {
 		return
 	}

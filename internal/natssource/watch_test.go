@@ -168,8 +168,13 @@ func startWatcher(t testing.TB, cfg Config) *Watcher {
 	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return within 30s of its context's end")
 		}
 	})
 	return w
@@ -327,9 +332,10 @@ func publishLoop(t testing.TB, p *Publisher, rec *recorder, r map[string][]netip
 		r, d = change(rng, r, 1+rng.IntN(4), 300)
 		d.Generation = gen
 		rec.expect(gen, r)
+		deadline := time.Now().Add(2 * time.Minute)
 		for attempt := 0; ; attempt++ {
-			if attempt > 600 {
-				t.Fatalf("generation %d never committed", gen)
+			if time.Now().After(deadline) || t.Failed() {
+				t.Fatalf("generation %d not committed after %d attempts", gen, attempt)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			var err error
@@ -385,7 +391,9 @@ func TestWatchServerKilledMidStream(t *testing.T) {
 			go func() {
 				defer restarts.Done()
 				time.Sleep(1500 * time.Millisecond)
-				srv.start()
+				if err := srv.startE(); err != nil {
+					t.Errorf("restarting the server: %v", err)
+				}
 			}()
 		}
 	})
