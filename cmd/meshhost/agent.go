@@ -40,6 +40,8 @@ func init() {
 func runAgent(ctx context.Context, env *environment, args []string) (int, error) {
 	fs := newFlagSet(env, "agent")
 	declPath := fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes")
+	natsURL := fs.String("source", "", "a NATS JetStream roster source, nats://HOST:4222 (see --nats-*): the roster and this machine's declaration are watched in its buckets")
+	natsOpts := addNATSFlags(fs)
 	push := fs.String("push", "", "the controller's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock; \"off\" disables it)")
 	httpAddr := fs.String("http", "127.0.0.1:9469", "where /metrics and /healthz are served (\"off\" disables them)")
 	machine := fs.String("machine", defaultMachine(), "this machine's name in the mesh: declarations for another machine are refused, and only containers it created are ever removed")
@@ -112,6 +114,10 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		saved = nil
 	}
 	source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: srv.Busy}, Logger: logger})
+	natsw, err := natsOpts.watcher(*natsURL, *machine, source, logger, reg)
+	if err != nil {
+		return 2, err
+	}
 	var savedGen uint64 // the declaration in force is on disk already: not written again
 	if cur, _ := source.Current(); cur != nil {
 		savedGen = cur.Generation
@@ -211,7 +217,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source,
 		Networks: nets, NewProber: newProber, Journal: jnl, State: dir, SavedGeneration: savedGen,
 		Interval: *interval, Logger: logger, Registerer: reg,
-		AfterPass: func(*agent.Report) { saveState() },
+		AfterPass: func(*agent.Report) { saveState() }, SourceHealth: natsw.health,
 	}
 	if exposer != nil { // not a nil *Exposer in the interface
 		acfg.Exposer = exposer
@@ -222,6 +228,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return natsw.run(gctx) })
 	if *declPath != "" {
 		g.Go(func() error { return source.WatchPath(gctx, *declPath) })
 	}

@@ -111,7 +111,11 @@ type Config struct {
 	// AfterPass, when set, runs after every pass with its report (the agent
 	// command persists the reconciler's budget and adoptions there).
 	AfterPass func(*Report)
-	Logger    *slog.Logger
+	// SourceHealth, when set, says why the declaration source is not
+	// healthy (a NATS server cut off longer than the source's patience),
+	// or nil; Health reports it. The roster in force keeps serving.
+	SourceHealth func() error
+	Logger       *slog.Logger
 	// Registerer receives the agent's metrics. Nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -545,6 +549,11 @@ func (a *Agent) saveDeclaration(d *spec.Declaration) error {
 func (a *Agent) Health() error {
 	if !a.cfg.Resolver.Serving() {
 		return errors.New("the resolver has no roster yet")
+	}
+	if a.cfg.SourceHealth != nil {
+		if err := a.cfg.SourceHealth(); err != nil {
+			return fmt.Errorf("declaration source: %w", err)
+		}
 	}
 	st := a.status.Load()
 	if st.err != nil {
