@@ -65,7 +65,14 @@ func (s *Server) listen(addr netip.AddrPort) (netip.AddrPort, error) {
 		l.close()
 		return addr, fmt.Errorf("already listening on %s", addr)
 	}
-	s.listeners[addr] = l
+	s.serveLocked(l)
+	s.log.Info("listening", "addr", addr)
+	return addr, nil
+}
+
+// serveLocked registers l and starts its readers; s.mu must be held.
+func (s *Server) serveLocked(l *listener) {
+	s.listeners[l.addr] = l
 	s.publishOwn()
 	// A roster swap (parse, validate, compile) steps aside whenever a query
 	// waits on this socket: with one CPU it would otherwise delay queries
@@ -79,8 +86,6 @@ func (s *Server) listen(addr netip.AddrPort) (netip.AddrPort, error) {
 		l.wg.Go(func() { s.serveUDP(l) })
 	}
 	l.wg.Go(func() { s.serveTCP(l) })
-	s.log.Info("listening", "addr", addr)
-	return addr, nil
 }
 
 // Unlisten stops serving addr and waits for its readers to finish.
