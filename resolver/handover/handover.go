@@ -81,6 +81,7 @@ func Listen(path string) (*net.UnixListener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("handover socket: %w", err)
 	}
+	l.SetUnlinkOnClose(false) // the successor serves the same path
 	if err := os.Chmod(path, 0o600); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("handover socket: %w", err)
