@@ -173,9 +173,9 @@ func CheckA(r *dns.Msg, want netip.Addr) error {
 
 // Table writes one line per event, in the bench scripts' format.
 func Table(rows []Row) string {
-	s := fmt.Sprintf("%-40s %8s %7s %15s\n", "event", "lookups", "failed", "longest gap ms")
+	s := fmt.Sprintf("%-52s %8s %7s %15s\n", "event", "lookups", "failed", "longest gap ms")
 	for _, r := range rows {
-		s += fmt.Sprintf("%-40s %8d %7d %15d\n", r.Event, r.Lookups, r.Failed, r.LongestGap.Milliseconds())
+		s += fmt.Sprintf("%-52s %8d %7d %15d\n", r.Event, r.Lookups, r.Failed, r.LongestGap.Milliseconds())
 	}
 	return s
 }

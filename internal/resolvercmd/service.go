@@ -112,7 +112,9 @@ func takeSockets(ctx context.Context, f *resolverFlags, log *slog.Logger) (*inhe
 	for _, sf := range sdnotify.Files() {
 		in.add(sf.Name, sf.File, log)
 	}
-	if f.handover == "" {
+	if f.handover == "" || in.handover != nil {
+		// Given the handover socket by systemd, this process is its only
+		// owner: a connection to it would wait in its own backlog.
 		return in, nil
 	}
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -57,7 +57,8 @@ func Store(name string, files ...*os.File) error {
 	if sock == "" || len(files) == 0 {
 		return nil
 	}
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: sock, Net: "unixgram"})
+	// Unconnected: Go refuses WriteMsgUnix on a connected datagram socket.
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Net: "unixgram"})
 	if err != nil {
 		return fmt.Errorf("storing %q with the service manager: %w", name, err)
 	}
@@ -72,7 +73,7 @@ func Store(name string, files ...*os.File) error {
 		}
 		rc.Control(func(fd uintptr) { fds = append(fds, int(fd)) })
 	}
-	_, _, err = c.WriteMsgUnix([]byte("FDSTORE=1\nFDNAME="+name), unix.UnixRights(fds...), nil)
+	_, _, err = c.WriteMsgUnix([]byte("FDSTORE=1\nFDNAME="+name), unix.UnixRights(fds...), &net.UnixAddr{Name: sock, Net: "unixgram"})
 	runtime.KeepAlive(files)
 	if err != nil {
 		return fmt.Errorf("storing %q with the service manager: %w", name, err)
