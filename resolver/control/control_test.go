@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +130,7 @@ func freeAddrs(t *testing.T, n int) []netip.AddrPort {
 	for range n {
 		out = append(out, dnstest.FreePort(t))
 	}
+	slices.SortFunc(out, netip.AddrPort.Compare) // as the resolver lists them
 	return out
 }
 
