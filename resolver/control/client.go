@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshhost/meshhost/resolver"
@@ -59,6 +60,8 @@ type Client struct {
 	failed    map[netip.AddrPort]string // from the last put
 	listeners []netip.AddrPort          // from the last put
 	err       error                     // of the last put; nil when in step
+
+	alive atomic.Pointer[aliveState] // Watch's last look
 }
 
 // NewClient returns a Client of the socket at cfg.Path.
@@ -390,4 +393,46 @@ func (c *Client) putLocked() (err error) {
 		return fmt.Errorf("putting the exposure: HTTP %d: %s", code, res.Error)
 	}
 	return nil
+}
+
+// Watch asks the resolver how it is every interval until ctx ends, so that
+// Alive answers at once (a health endpoint must never wait on a socket).
+// After a failed put of the exposure it puts it again (Sync) once the
+// resolver answers.
+func (c *Client) Watch(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, min(interval, c.cfg.Timeout))
+		st, err := c.Status(pctx)
+		cancel()
+		if err == nil {
+			c.alive.Store(&aliveState{status: st})
+			if c.Err() != nil {
+				c.Sync()
+			}
+		} else if ctx.Err() == nil {
+			c.alive.Store(&aliveState{err: err})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+type aliveState struct {
+	status Status
+	err    error
+}
+
+// Alive returns the resolver's status as Watch last saw it, or why it did
+// not answer; before Watch's first look, an error. It never blocks.
+func (c *Client) Alive() (Status, error) {
+	a := c.alive.Load()
+	if a == nil {
+		return Status{}, errors.New("the resolver has not been asked yet")
+	}
+	return a.status, a.err
 }

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"os"
@@ -324,5 +325,36 @@ func TestRefusesOtherUsers(t *testing.T) {
 	}
 	if !cs.allowedUID(0) || !cs.allowedUID(uint32(os.Geteuid())) || cs.allowedUID(12345) {
 		t.Error("allowedUID: want root and own uid admitted, uid 12345 refused")
+	}
+}
+
+// TestWatch: Alive follows the resolver without blocking, and a put that
+// failed while it was down is made good once it is back.
+func TestWatch(t *testing.T) {
+	dir := t.TempDir()
+	addr := dnstest.FreePort(t)
+	c := NewClient(ClientConfig{Path: filepath.Join(dir, "control.sock"), Timeout: time.Second})
+	if _, err := c.Alive(); err == nil {
+		t.Error("Alive before Watch = nil error")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go c.Watch(ctx, 20*time.Millisecond)
+	waitFor(t, func() bool { _, err := c.Alive(); return errors.Is(err, ErrUnreachable) }, "Alive to say unreachable")
+	c.Listen(addr) // fails: nobody there
+	srv := newResolver(t, dir)
+	serve(t, dir, srv, Config{})
+	waitFor(t, func() bool { _, err := c.Alive(); return err == nil }, "Alive once the resolver is up")
+	waitFor(t, func() bool { return len(srv.Listeners()) == 1 && c.Err() == nil }, "the failed put made good")
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
