@@ -215,8 +215,12 @@ func (c *Client) Roster() *spec.Roster {
 	return r
 }
 
-// Serving reports whether the resolver answers and serves a roster.
+// Serving reports whether the resolver answers and serves a roster. While
+// Watch runs it answers from Watch's last look, at once; otherwise it asks.
 func (c *Client) Serving() bool {
+	if a := c.alive.Load(); a != nil {
+		return a.err == nil && a.status.Generation > 0
+	}
 	ctx, cancel := c.ctx(c.cfg.Timeout)
 	defer cancel()
 	st, err := c.Status(ctx)
