@@ -73,10 +73,6 @@ func of(v string, r spec.Rendered) string {
 	return v + ":sha256:" + hex.EncodeToString(sum[:])
 }
 
-// Canonical returns the bytes the current digest of r hashes: readable JSON,
-// for debugging and golden files.
-func Canonical(r spec.Rendered) []byte { return versions[Current].canonical(r) }
-
 // VersionOf returns the version prefix of a digest or record label.
 func VersionOf(label string) (string, error) {
 	v, _, ok := strings.Cut(label, ":")

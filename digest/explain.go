@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -52,41 +50,18 @@ func orUnset(s string) string {
 // nothing differs. It compares the same canonical form the digest hashes, so
 // a field Explain is silent about never changes a digest.
 func Explain(old, new spec.Rendered) []Change {
-	a, b := toDocV1(old), toDocV1(new)
-	var rep fieldReporter
-	cmp.Equal(a, b, cmp.Reporter(&rep))
-	t := reflect.TypeFor[docV1]()
+	a, b := reflect.ValueOf(toDocV1(old)), reflect.ValueOf(toDocV1(new))
+	t := a.Type()
 	var changes []Change
 	for i := range t.NumField() {
-		f := t.Field(i)
-		if !rep.differs[f.Name] {
+		if reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
 			continue
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
 		mut, _ := spec.MutabilityOf(name)
-		changes = append(changes, describe(name, mut, reflect.ValueOf(a).Field(i), reflect.ValueOf(b).Field(i)))
+		changes = append(changes, describe(name, mut, a.Field(i), b.Field(i)))
 	}
 	return changes
-}
-
-// fieldReporter records which top-level fields of a docV1 differ.
-type fieldReporter struct {
-	path    cmp.Path
-	differs map[string]bool
-}
-
-func (r *fieldReporter) PushStep(ps cmp.PathStep) { r.path = append(r.path, ps) }
-func (r *fieldReporter) PopStep()                 { r.path = r.path[:len(r.path)-1] }
-func (r *fieldReporter) Report(rs cmp.Result) {
-	if rs.Equal() || len(r.path) < 2 {
-		return
-	}
-	if sf, ok := r.path[1].(cmp.StructField); ok {
-		if r.differs == nil {
-			r.differs = map[string]bool{}
-		}
-		r.differs[sf.Name()] = true
-	}
 }
 
 func describe(name string, mut spec.Mutability, old, new reflect.Value) Change {

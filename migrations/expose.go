@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -214,6 +215,7 @@ func (e *Exposer) SetAllow(allow []netip.Prefix) {
 // setAllowLocked gives the resolver the allow list: the Exposer's own plus
 // every exposed network's subnets. mu must be held.
 func (e *Exposer) setAllowLocked() {
+	syncs.AssertLocked(&e.mu)
 	allow := slices.Clone(e.cfg.Allow)
 	for _, x := range e.networks {
 		allow = append(allow, x.allow...)
@@ -255,6 +257,7 @@ func (e *Exposer) Retain(nets []Network) {
 // given and no remaining network needs, nor keep; why starts each log
 // line. mu must be held.
 func (e *Exposer) dropLocked(gone map[string]*exposure, keep []netip.AddrPort, why string) {
+	syncs.AssertLocked(&e.mu)
 	if len(gone) == 0 {
 		return
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"
 	"github.com/meshhost/meshhost/resolver"
@@ -28,7 +28,7 @@ func TestExposerNetworkRemovedPodman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := probeRuntime{Runtime: p}
+	rt := p
 	gone, kept := h.Network("gone", "--disable-dns"), h.Network("kept", "--disable-dns")
 	srv, err := resolver.New(resolver.Config{Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {

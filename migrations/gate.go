@@ -8,22 +8,28 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/meshhost/meshhost/digest"
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
 )
 
-// GateConfig is what a Gate needs. Dir is required.
+// GateConfig is what a Gate needs. Path is required.
 type GateConfig struct {
-	// Dir holds the state file (StateFile) and its lock.
-	Dir        string
+	// Path is the gate's state file (the agent's is its state directory's
+	// migrations.json); its lock is Path+".lock", beside it.
+	Path string
+	// Owner is the owner of the reconciler whose containers the gate
+	// judges (reconcile.Config.Owner; the agent's machine name): only
+	// their record labels say which mode a container runs in.
+	Owner      string
 	Logger     *slog.Logger
 	Registerer prometheusRegisterer
 	// Now is the gate's clock. Nil: time.Now.
@@ -39,7 +45,22 @@ type GateConfig struct {
 	// Until then the network is failing: reported loudly, and containers
 	// created on it get copy mode. Default 2.
 	RollbackAfter int
+	// MaxProofAge is how old a network's passing probe may be and still
+	// switch it to resolve mode (under "auto", switch the machine). A probe
+	// proves the resolver reachable when it ran; an agent that can probe
+	// probes every network again each Interval, so only an agent that
+	// cannot (no probe binary, no zone to ask under) holds proofs older than
+	// that, and those prove nothing about today's networks: a network whose
+	// latest pass is older waits for a new probe. Networks in resolve mode
+	// already stay there (their containers rely on it; a failing probe is
+	// what takes them back). Default DefaultMaxProofAge, or twice Interval
+	// when that is longer.
+	MaxProofAge time.Duration
 }
+
+// DefaultMaxProofAge is GateConfig.MaxProofAge's default: six probe
+// intervals at the default Interval.
+const DefaultMaxProofAge = time.Hour
 
 // Gate decides each container's name mode from the machine's flag and what
 // the probes proved. It fails closed: a container is in resolve mode only
@@ -65,11 +86,11 @@ type fileStamp struct {
 	size int64
 }
 
-// OpenGate reads the gate's state from cfg.Dir (a fresh state when there is
-// none yet).
+// OpenGate reads the gate's state from cfg.Path (a fresh state when there
+// is none yet).
 func OpenGate(cfg GateConfig) (*Gate, error) {
-	if cfg.Dir == "" {
-		return nil, errors.New("migrations: GateConfig.Dir is required")
+	if cfg.Path == "" {
+		return nil, errors.New("migrations: GateConfig.Path is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -80,6 +101,7 @@ func OpenGate(cfg GateConfig) (*Gate, error) {
 	cfg.Interval = cmp.Or(cfg.Interval, 10*time.Minute)
 	cfg.Retry = cmp.Or(cfg.Retry, 30*time.Second)
 	cfg.RollbackAfter = cmp.Or(max(cfg.RollbackAfter, 0), 2)
+	cfg.MaxProofAge = cmp.Or(max(cfg.MaxProofAge, 0), max(DefaultMaxProofAge, 2*cfg.Interval))
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("registering migration metrics: %w", err)
@@ -94,7 +116,7 @@ func OpenGate(cfg GateConfig) (*Gate, error) {
 	return g, nil
 }
 
-func (g *Gate) path() string { return filepath.Join(g.cfg.Dir, StateFile) }
+func (g *Gate) path() string { return g.cfg.Path }
 
 func stampOf(path string) fileStamp {
 	fi, err := os.Stat(path)
@@ -107,11 +129,12 @@ func stampOf(path string) fileStamp {
 // refreshLocked reads the state file again if it changed since the gate
 // last read or wrote it.
 func (g *Gate) refreshLocked(force bool) error {
+	syncs.AssertLocked(&g.mu)
 	st := stampOf(g.path())
 	if !force && g.state != nil && st == g.stamp {
 		return nil
 	}
-	s, err := LoadState(g.cfg.Dir)
+	s, err := LoadState(g.cfg.Path)
 	if err != nil {
 		return err
 	}
@@ -133,12 +156,12 @@ func (g *Gate) view() *State {
 func (g *Gate) update(fn func(s *State) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	unlock, err := lockDir(g.cfg.Dir)
+	unlock, err := lockFile(g.cfg.Path + ".lock")
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	s, err := LoadState(g.cfg.Dir)
+	s, err := LoadState(g.cfg.Path)
 	if err != nil {
 		return err
 	}
@@ -150,7 +173,7 @@ func (g *Gate) update(fn func(s *State) error) error {
 	// Nothing changed (the agent observes the same networks every pass):
 	// nothing to write, so a full disk fails no pass that changes nothing.
 	if after, _ := json.Marshal(s); !bytes.Equal(before, after) || stampOf(g.path()) == (fileStamp{}) {
-		if err := s.save(g.cfg.Dir); err != nil {
+		if err := s.save(g.cfg.Path); err != nil {
 			return err
 		}
 	}
@@ -293,10 +316,22 @@ func (g *Gate) Record(results []Result) error {
 	})
 }
 
+// proofSkew is how far in the future a probe's time may be (clocks of the
+// prober and the gate disagree a little) and still count as fresh; beyond
+// it, the clock went backwards and the probe's age is unknown.
+const proofSkew = time.Minute
+
 // evaluate switches networks as the flag and the probes allow.
 func (g *Gate) evaluate(s *State) {
 	now := g.cfg.Now()
-	passing := func(ns *NetworkState) bool { return ns.Last != nil && ns.Last.Pass && ns.Proven != nil }
+	// passing: the latest probe passed, recently enough to switch on it.
+	passing := func(ns *NetworkState) bool {
+		if ns.Last == nil || !ns.Last.Pass || ns.Proven == nil {
+			return false
+		}
+		age := now.Sub(ns.Last.At)
+		return age <= g.cfg.MaxProofAge && age >= -proofSkew
+	}
 	if s.Flag == spec.FlagAuto && s.AutoSwitchedAt.IsZero() {
 		present := 0
 		var holding []string // present networks without a passing probe
@@ -368,8 +403,10 @@ func (g *Gate) Strategies() map[string]Strategy {
 
 // Pause stops the migration where it is: containers that exist keep their
 // current mode, in either direction, except that a container whose network
-// went back to copy mode after failing its probes still gets its copy back.
-// Containers created while paused get the gate's mode.
+// went back to copy mode after failing its probes still gets its copy back,
+// and one whose resolve mode its networks no longer prove (it moved to
+// other networks, or a network lost its proof) gets what a new container
+// gets. Containers created while paused get the gate's mode.
 func (g *Gate) Pause() error {
 	return g.update(func(s *State) error {
 		if !s.Paused {
@@ -423,7 +460,7 @@ func (g *Gate) Mode(networks []string, current *spec.Rendered) spec.Mode {
 // Modes returns the name mode of every container, by name. observed is what
 // the runtime reports (one List), to read the mode each container runs in.
 func (g *Gate) Modes(containers []spec.Container, observed []reconcile.Observed) map[string]spec.Mode {
-	cur := currentModes(observed)
+	cur := currentModes(observed, g.cfg.Owner)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.view()
@@ -442,12 +479,12 @@ func networkNames(c spec.Container) []string {
 	return out
 }
 
-// currentModes reads the settings each managed container was created with
-// from its record label.
-func currentModes(observed []reconcile.Observed) map[string]*spec.Rendered {
+// currentModes reads the settings each container owner manages was created
+// with from its record label.
+func currentModes(observed []reconcile.Observed, owner string) map[string]*spec.Rendered {
 	out := map[string]*spec.Rendered{}
 	for _, o := range observed {
-		if o.Labels[reconcile.LabelManaged] != "true" {
+		if !reconcile.ManagedBy(o, owner) {
 			continue
 		}
 		r, err := digest.ParseRecord(o.Labels[digest.LabelRecord])
@@ -459,6 +496,19 @@ func currentModes(observed []reconcile.Observed) map[string]*spec.Rendered {
 	return out
 }
 
+// decide gives a container on networks its mode. current is the container
+// as it runs now (nil: not created yet). Resolve mode is given only with
+// DNS servers that probes proved on the container's networks, and only
+// when every one of them has a proof:
+//   - a network in copy mode, or without a proof, gives copy mode;
+//   - a network whose latest probe failed (still in resolve mode, see
+//     GateConfig.RollbackAfter) keeps resolve mode for a container that
+//     runs on it in resolve mode already, and gives copy mode to one that
+//     would join it;
+//   - paused, a container keeps the mode it runs in, either way, as long as
+//     it stays on the networks it runs on and they still prove the servers
+//     it uses; one that moves to other networks is created anew, and gets
+//     what a new container gets.
 func decide(s *State, networks []string, current *spec.Rendered) spec.Mode {
 	if len(networks) == 0 {
 		networks = []string{spec.DefaultNetwork}
@@ -466,33 +516,37 @@ func decide(s *State, networks []string, current *spec.Rendered) spec.Mode {
 	networks = slices.Sorted(slices.Values(networks))
 	copyMode := spec.Mode{Names: spec.Copy}
 	var dns spec.DNSConfig
-	anyCopy, anyFailing, rolledBack := false, false, false
+	anyCopy, anyUnproven, rolledBack := false, false, false
+	joinsFailing, joins := false, false
 	for _, n := range networks {
 		m, ns := modeOf(s, n)
+		runs := runsResolvedOn(current, n)
 		switch m {
 		case netCopy:
 			anyCopy = true
 			rolledBack = rolledBack || ns != nil && ns.Last != nil && !ns.Last.Pass
 		case netFailing:
-			anyFailing = true
+			joinsFailing = joinsFailing || !runs
 		}
-		if ns != nil && ns.Proven != nil {
-			dns = mergeDNS(dns, ns.Proven.DNS)
+		joins = joins || !runs
+		if ns == nil || ns.Proven == nil {
+			anyUnproven = true
+			continue
 		}
+		dns = mergeDNS(dns, ns.Proven.DNS)
 	}
 	if s.Paused && current != nil {
 		switch {
 		case current.Mode != spec.Resolve:
 			return copyMode
-		case rolledBack:
-			return copyMode // safety before the pause
+		case !rolledBack && !anyUnproven && !joins && containsAll(dns.Servers, current.DNS.Servers):
+			return spec.Mode{Names: spec.Resolve, DNS: current.DNS}
 		}
-		return spec.Mode{Names: spec.Resolve, DNS: current.DNS}
+		// Rolled back before the pause (safety first), or moved, or what
+		// it uses is no longer proven there: what a new container gets.
 	}
 	switch {
-	case anyCopy:
-		return copyMode
-	case anyFailing && (current == nil || current.Mode != spec.Resolve):
+	case anyCopy, anyUnproven, joinsFailing:
 		return copyMode
 	case len(dns.Servers) == 0:
 		// Networks without connectivity only (StrategyNone): nothing can be
@@ -500,6 +554,30 @@ func decide(s *State, networks []string, current *spec.Rendered) spec.Mode {
 		return copyMode
 	}
 	return spec.Mode{Names: spec.Resolve, DNS: dns}
+}
+
+// runsResolvedOn reports whether the container current runs in resolve mode
+// on network n.
+func runsResolvedOn(current *spec.Rendered, n string) bool {
+	if current == nil || current.Mode != spec.Resolve {
+		return false
+	}
+	if len(current.Networks) == 0 {
+		return n == spec.DefaultNetwork
+	}
+	return slices.ContainsFunc(current.Networks, func(a spec.NetworkAttachment) bool { return a.Name == n })
+}
+
+func containsAll(set, xs []netip.Addr) bool {
+	if len(xs) == 0 {
+		return false
+	}
+	for _, x := range xs {
+		if !slices.Contains(set, x) {
+			return false
+		}
+	}
+	return true
 }
 
 // mergeDNS appends b's servers, search domains and options not yet in a.

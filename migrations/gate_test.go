@@ -52,9 +52,12 @@ func result(n Network, pass bool, at time.Time) Result {
 	return r
 }
 
+// stateFile is the gate's state file in a test's directory.
+const stateFile = "migrations.json"
+
 func openGate(t *testing.T, dir string, clk *fakeClock, reg prometheus.Registerer) *Gate {
 	t.Helper()
-	g, err := OpenGate(GateConfig{Dir: dir, Now: clk.Now, Registerer: reg})
+	g, err := OpenGate(GateConfig{Path: filepath.Join(dir, stateFile), Now: clk.Now, Registerer: reg})
 	if err != nil {
 		t.Fatalf("OpenGate: %v", err)
 	}
@@ -315,9 +318,9 @@ func TestStatePersists(t *testing.T) {
 		t.Errorf("Strategies (-want +got):\n%s", diff)
 	}
 
-	data, err := os.ReadFile(filepath.Join(dir, StateFile))
+	data, err := os.ReadFile(filepath.Join(dir, stateFile))
 	mustDo(t, err)
-	s, err := LoadState(dir)
+	s, err := LoadState(filepath.Join(dir, stateFile))
 	mustDo(t, err)
 	if s.Version != StateVersion {
 		t.Errorf("state version = %d, want %d", s.Version, StateVersion)
@@ -327,12 +330,12 @@ func TestStatePersists(t *testing.T) {
 	}
 	// A state written by a newer meshhost is refused, not misread.
 	newer := []byte(`{"version": 2, "flag": "on", "networks": {}}`)
-	mustDo(t, os.WriteFile(filepath.Join(dir, StateFile), newer, 0o644))
-	if _, err := OpenGate(GateConfig{Dir: dir}); err == nil {
+	mustDo(t, os.WriteFile(filepath.Join(dir, stateFile), newer, 0o644))
+	if _, err := OpenGate(GateConfig{Path: filepath.Join(dir, stateFile)}); err == nil {
 		t.Errorf("OpenGate with a version 2 state: no error, want one")
 	}
-	mustDo(t, os.WriteFile(filepath.Join(dir, StateFile), data, 0o644))
-	if _, err := OpenGate(GateConfig{Dir: dir}); err != nil {
+	mustDo(t, os.WriteFile(filepath.Join(dir, stateFile), data, 0o644))
+	if _, err := OpenGate(GateConfig{Path: filepath.Join(dir, stateFile)}); err != nil {
 		t.Errorf("OpenGate with the state restored: %v", err)
 	}
 }
@@ -363,8 +366,20 @@ func TestStatus(t *testing.T) {
 	if diff := cmp.Diff(want, got, addrs); diff != "" {
 		t.Errorf("Status (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"blocked", "broken", "done", "pending"}, names(ObservedContainers(observed)), addrs); diff != "" {
+	if diff := cmp.Diff([]string{"blocked", "broken", "done", "pending"}, names(g.ObservedContainers(observed)), addrs); diff != "" {
 		t.Errorf("ObservedContainers (-want +got):\n%s", diff)
+	}
+
+	// Another owner's container is not this gate's: it does not run in any
+	// mode the gate knows of, and is not listed.
+	other := running(t, "done", gatewayMode, "podman")
+	other.Labels[reconcile.LabelOwner] = "another-machine"
+	got = g.Status(cs[:1], []reconcile.Observed{other}, nil)
+	if got[0].Current != "" || got[0].Reason != "not created yet" {
+		t.Errorf("Status of a container another owner manages = %+v, want it judged as not created", got[0])
+	}
+	if cs := g.ObservedContainers([]reconcile.Observed{other}); len(cs) != 0 {
+		t.Errorf("ObservedContainers lists another owner's container: %v", names(cs))
 	}
 }
 

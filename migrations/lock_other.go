@@ -2,5 +2,5 @@
 
 package migrations
 
-// lockDir is a no-op where flock does not exist; one process at a time.
-func lockDir(dir string) (func(), error) { return func() {}, nil }
+// lockFile is a no-op where flock does not exist; one process at a time.
+func lockFile(path string) (func(), error) { return func() {}, nil }

@@ -30,6 +30,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Network reachability probes recorded, by result.",
 		}, []string{"result"}),
 	}
+	m.probes.WithLabelValues("pass") // both results at 0 from the start
+	m.probes.WithLabelValues("fail")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.failing, m.resolve, m.probes} {
 			if err := reg.Register(c); err != nil {

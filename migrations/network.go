@@ -5,11 +5,14 @@ import (
 	"slices"
 )
 
-// Network is one runtime network as the probe needs it. The agent fills it
-// from its runtime (for podman, reconcile/podman's Networks).
+// Network is one runtime network as the probe needs it. The runtime
+// reports it (reconcile/podman's Networks).
 type Network struct {
 	Name   string
 	Driver string // "bridge", "macvlan", "ipvlan", "host", "none", ...
+	// Interface is the host side interface, e.g. "podman0"; it exists only
+	// while a container is attached. Informational.
+	Interface string
 	// Subnets with their gateways (zero when the network has none).
 	Subnets []Subnet
 	// DNSEnabled: the runtime serves container names on the gateways
@@ -18,12 +21,14 @@ type Network struct {
 	// Internal: no route out of the network, the host's other addresses
 	// included.
 	Internal bool
+	// IPv6: the network has IPv6 enabled. Informational.
+	IPv6 bool
 }
 
 // Subnet is one subnet of a Network.
 type Subnet struct {
 	Prefix  netip.Prefix
-	Gateway netip.Addr
+	Gateway netip.Addr // zero when the network has none
 }
 
 // Kind is what decides which strategies can work on a network.

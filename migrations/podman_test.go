@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/dnsstub"
-	"github.com/meshhost/meshhost/internal/podmannet"
-	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/internal/plumbing/dnsstub"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"
 	"github.com/meshhost/meshhost/resolver"
@@ -36,9 +35,6 @@ const (
 )
 
 var outsideAddr = netip.MustParseAddr("192.0.2.80")
-
-// probeRuntime is what the agent wires.
-type probeRuntime = podmannet.Runtime
 
 var (
 	buildOnce sync.Once
@@ -103,7 +99,7 @@ func nodeLocal(t *testing.T) netip.Addr {
 
 type env struct {
 	h      *podmantest.Harness
-	rt     probeRuntime
+	rt     *podman.Runtime
 	image  string
 	nets   map[string]migrations.Network
 	node   netip.Addr
@@ -126,7 +122,7 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{h: h, rt: probeRuntime{Runtime: p}, node: nodeLocal(t), stub: stubUpstream(t)}
+	e := &env{h: h, rt: p, node: nodeLocal(t), stub: stubUpstream(t)}
 	start := time.Now()
 	e.image, err = migrations.ProbeImage(ctx, p, probeBinary(t))
 	if err != nil {
@@ -211,7 +207,7 @@ func TestProbePodman(t *testing.T) {
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	gate, err := migrations.OpenGate(migrations.GateConfig{Dir: t.TempDir()})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: filepath.Join(t.TempDir(), "migrations.json")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +285,7 @@ func TestProbePodman(t *testing.T) {
 	}
 	// Auto from a fresh gate: the internal network with aardvark failed,
 	// so nothing switches.
-	auto, err := migrations.OpenGate(migrations.GateConfig{Dir: t.TempDir()})
+	auto, err := migrations.OpenGate(migrations.GateConfig{Path: filepath.Join(t.TempDir(), "migrations.json")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,14 +22,14 @@ import (
 	"github.com/meshhost/meshhost/spec"
 )
 
-// Runtime is what a Runner needs of the container runtime. The agent wraps
-// reconcile/podman's Runtime (whose Networks and Version return podman's
-// own types) to give it.
+// Runtime is what a Runner needs of the container runtime;
+// reconcile/podman's Runtime has it.
 type Runtime interface {
 	// Networks lists the runtime's networks.
 	Networks(ctx context.Context) ([]Network, error)
-	// Version is the runtime's version, for the report ("podman 4.3.1").
-	Version(ctx context.Context) (string, error)
+	// RuntimeVersion names the runtime and its version, for the report
+	// ("podman 4.3.1").
+	RuntimeVersion(ctx context.Context) (string, error)
 	// RunOnce creates a container with exactly the settings r, runs it to
 	// completion and returns its exit code and output; the container is
 	// removed on every path.
@@ -86,8 +86,8 @@ type RunnerConfig struct {
 	NodeLocal netip.Addr
 	// Allow is the resolver's own client allow list; the Runner sets the
 	// resolver's list to it plus the subnets of the networks it serves.
-	// Once a Runner exists, change the list through SetAllow (or its
-	// Exposer's) only.
+	// Once a Runner exists, change the list through its Exposer's
+	// SetAllow only.
 	Allow []netip.Prefix
 	// ProbeUnroutable also probes macvlan, ipvlan and unknown drivers. Off
 	// by default: from those the node-local address is reached, if at all,
@@ -185,18 +185,10 @@ type Attempt struct {
 	Duration time.Duration `json:"duration"`
 }
 
-// ProbeAll probes every network the runtime reports. prefer names, per
-// network, the strategy to try first (the one its containers already use;
-// see Gate.Strategies), so that a network keeps its configuration.
-func (r *Runner) ProbeAll(ctx context.Context, prefer map[string]Strategy) ([]Result, error) {
-	nets, err := r.cfg.Runtime.Networks(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("probing: %w", err)
-	}
-	return r.Probe(ctx, nets, prefer), nil
-}
-
-// Probe probes the networks nets, trying each network's candidate
+// Probe probes the networks nets (the runtime's, as the caller listed
+// them), with prefer naming, per network, the strategy to try first (the
+// one its containers already use; see Gate.Strategies), so that a network
+// keeps its configuration. It tries each network's candidate
 // strategies in order until one passes, and returns one Result per network
 // in the order of nets. The resolver stays reachable through every
 // strategy that passed (and every one it was already reachable through).
@@ -207,7 +199,7 @@ func (r *Runner) Probe(ctx context.Context, nets []Network, prefer map[string]St
 	if len(nets) > 0 {
 		r.Sweep(ctx)
 	}
-	version, verr := r.cfg.Runtime.Version(ctx)
+	version, verr := r.cfg.Runtime.RuntimeVersion(ctx)
 	if verr != nil {
 		version = "unknown (" + verr.Error() + ")"
 	}
@@ -265,14 +257,6 @@ func noStrategy(n Network, k Kind) string {
 	}
 	return fmt.Sprintf("no strategy for %s network %s", n.Driver, n.Name)
 }
-
-// Expose makes the resolver reachable from network n through strategy s
-// (see Exposer.Expose).
-func (r *Runner) Expose(n Network, s Strategy) (spec.DNSConfig, error) { return r.exp.Expose(n, s) }
-
-// SetAllow replaces the resolver's own allow list (RunnerConfig.Allow); the
-// subnets of exposed networks stay allowed.
-func (r *Runner) SetAllow(allow []netip.Prefix) { r.exp.SetAllow(allow) }
 
 // attempt exposes the resolver through s and runs one probe container. A
 // listener it opened stays open even when the probe fails: it harms

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -24,9 +24,6 @@ import (
 //	   proven (and when), consecutive failures, and whether (since when) it
 //	   is in resolve mode.
 const StateVersion = 1
-
-// StateFile is the name of the gate's state file in its directory.
-const StateFile = "migrations.json"
 
 // State is what the gate keeps across restarts.
 type State struct {
@@ -74,10 +71,9 @@ func newState() *State {
 	return &State{Version: StateVersion, Flag: spec.FlagOff, Networks: map[string]*NetworkState{}}
 }
 
-// LoadState reads the gate's state in dir. A missing file is a fresh
+// LoadState reads the gate's state file at path. A missing file is a fresh
 // state (flag off, nothing proven).
-func LoadState(dir string) (*State, error) {
-	path := filepath.Join(dir, StateFile)
+func LoadState(path string) (*State, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return newState(), nil
@@ -105,17 +101,17 @@ func LoadState(dir string) (*State, error) {
 	return s, nil
 }
 
-// save writes s to dir atomically: a temporary file, fsync, rename, and an
-// fsync of the directory.
-func (s *State) save(dir string) error {
+// save writes s to path atomically: a temporary file, fsync, rename, and
+// an fsync of the directory.
+func (s *State) save(path string) error {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding migration state: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("saving migration state: %w", err)
 	}
-	if err := atomicfile.Write(filepath.Join(dir, StateFile), append(data, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(path, append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("saving migration state: %w", err)
 	}
 	return nil

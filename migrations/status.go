@@ -42,7 +42,7 @@ type ContainerStatus struct {
 // of the reconciler's last pass by container name (reconcile.Outcome.Err),
 // nil when none.
 func (g *Gate) Status(containers []spec.Container, observed []reconcile.Observed, failures map[string]error) []ContainerStatus {
-	cur := currentModes(observed)
+	cur := currentModes(observed, g.cfg.Owner)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.view()
@@ -115,13 +115,14 @@ func blocked(s *State, nets []string, want spec.NameMode) (Phase, string) {
 	return PhasePending, "resolve mode on networks without connectivity changes nothing"
 }
 
-// ObservedContainers returns the managed containers the runtime reports, as
-// their record labels say they were declared, for Status without a
-// declaration at hand (`meshhost migrate status`). Containers set aside by
-// an interrupted replacement are left out.
-func ObservedContainers(observed []reconcile.Observed) []spec.Container {
+// ObservedContainers returns the containers of the gate's owner
+// (GateConfig.Owner) the runtime reports, as their record labels say they
+// were declared, for Status without a declaration at hand (`meshhost
+// migrate status`). Containers set aside by an interrupted replacement are
+// left out.
+func (g *Gate) ObservedContainers(observed []reconcile.Observed) []spec.Container {
 	var out []spec.Container
-	for name, r := range currentModes(observed) {
+	for name, r := range currentModes(observed, g.cfg.Owner) {
 		if strings.HasSuffix(name, reconcile.AsideSuffix) {
 			continue
 		}

@@ -32,8 +32,8 @@ type ProbeContainer struct {
 	Created time.Time
 }
 
-// ProbeCleaner is what SweepProbes needs of the runtime. The agent's
-// adapter of reconcile/podman (internal/podmannet) has it.
+// ProbeCleaner is what SweepProbes needs of the runtime; reconcile/podman's
+// Runtime has it.
 type ProbeCleaner interface {
 	// ProbeContainers lists the containers labelled LabelProbe, in any
 	// state, and only those.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"
 	"github.com/meshhost/meshhost/spec"
@@ -39,7 +39,7 @@ func TestRunnerSweepsLeftoverProbesPodman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := probeRuntime{Runtime: p}
+	rt := p
 	owner := strings.TrimSuffix(h.Prefix(), "-")
 	// left starts a container with labels (and the harness's, for the
 	// cleanup) running sleep, and returns its ID.

@@ -26,8 +26,8 @@ type fakeProbes struct {
 	ran        []spec.Rendered
 }
 
-func (f *fakeProbes) Networks(context.Context) ([]Network, error) { return nil, nil }
-func (f *fakeProbes) Version(context.Context) (string, error)     { return "fake 1", nil }
+func (f *fakeProbes) Networks(context.Context) ([]Network, error)    { return nil, nil }
+func (f *fakeProbes) RuntimeVersion(context.Context) (string, error) { return "fake 1", nil }
 
 func (f *fakeProbes) RunOnce(ctx context.Context, r spec.Rendered) (int, string, error) {
 	f.mu.Lock()

@@ -40,10 +40,14 @@ const (
 	// was; remove the new container, rename the old one back and start it.
 	Rollback Kind = "rollback"
 	// Conflict: a container meshhost does not manage holds a declared name
-	// and differs from the declaration. It is never touched; an operator
+	// and differs from the declaration, or holds NAME+AsideSuffix, which
+	// replacing the managed NAME needs. It is never touched; an operator
 	// must remove or rename it.
 	Conflict Kind = "conflict"
 )
+
+// kinds lists every Kind, for the metrics' labels.
+var kinds = []Kind{Keep, Create, Start, Update, Replace, Remove, Adopt, Resume, Rollback, Conflict}
 
 // Action is one step of a Plan, for one container name.
 type Action struct {
@@ -61,6 +65,10 @@ type Action struct {
 	// AsideID is the old container an interrupted replacement left under
 	// Name+AsideSuffix (Resume, Rollback, Conflict).
 	AsideID string
+	// AsideStopTimeout is AsideID's own stop timeout, read from its record
+	// label; zero when unknown. Resume stops the old container (it may have
+	// been started since) before the new one starts.
+	AsideStopTimeout time.Duration
 	// Desired is the declared container; nil for Remove.
 	Desired *spec.Rendered
 	// Reason says why, for the log, the journal and the operator.
@@ -71,6 +79,10 @@ type Action struct {
 	// dependencies, or for Remove the containers removed before it (its
 	// dependants).
 	DependsOn []string
+	// adoptAs, for Adopt on a runtime without durable in-place updates
+	// (Config.NoInPlaceUpdates), are the resources the container runs
+	// with: recorded as its adoption's instead of updating them.
+	adoptAs *spec.Resources
 }
 
 // String reads like a line of a plan: `replace "gitea": image: a:1 -> a:2`.

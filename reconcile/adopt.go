@@ -45,7 +45,15 @@ func (p *planner) compareFields(a Action, o *Observed, id identity) Action {
 	case len(replace) == 0:
 		a.Kind, a.Changes = Adopt, inPlace
 		a.Reason = why + "; its settings match the declaration"
-		if len(inPlace) > 0 {
+		switch {
+		case len(inPlace) > 0 && p.noInPlace:
+			// An update would hold until the container's next start only,
+			// and the adoption would record it as in force: adopt what
+			// runs, and let the next pass replace it within the budget.
+			res := ins.Settings.Resources
+			a.adoptAs = &res
+			a.Reason += "; " + joinChanges(inPlace) + ": adopted with the limits it has, and replaced in a later pass within the budget (this runtime does not keep in-place updates across restarts)"
+		case len(inPlace) > 0:
 			a.Reason += "; updating " + joinChanges(inPlace)
 		}
 	case id.managed:

@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -216,5 +217,49 @@ func TestIncident(t *testing.T) {
 	res := mustReconcile(t, r, renderAll(t, cs, after, spec.Mode{Names: spec.Copy}))
 	if res.Count(reconcile.Replace) != 3 || res.Deferred != len(cs)-3 {
 		t.Errorf("default budget: replaced %d, deferred %d; want 3, %d", res.Count(reconcile.Replace), res.Deferred, len(cs)-3)
+	}
+}
+
+// TestAdoptWithoutInPlaceUpdates is issue 17's sixth bug (first half): on a
+// runtime that does not keep in-place updates across restarts, adopting a
+// container whose resources differ must not `podman update` it and record
+// the new limits as in force (they vanish at its next start). It is adopted
+// as it runs, and the next pass replaces it, within the budget, naming the
+// resources.
+func TestAdoptWithoutInPlaceUpdates(t *testing.T) {
+	ctx := context.Background()
+	rt := memory.New(memory.Options{})
+	gitea := container("gitea", "gitea:1")
+	id, _ := rt.Create(ctx, render(t, gitea, nil, resolveMode)) // by hand: no labels
+	rt.Start(ctx, id)
+	gitea.Resources.MemoryBytes = 1 << 30
+	desired := renderAll(t, []spec.Container{gitea}, nil, resolveMode)
+	r := newReconciler(t, rt, func(c *reconcile.Config) { c.NoInPlaceUpdates = true })
+	rt.ResetCalls()
+	res := mustReconcile(t, r, desired)
+	if n := rt.Calls("Update"); n != 0 {
+		t.Errorf("adoption called Update %d times on a runtime without durable in-place updates", n)
+	}
+	if res.Count(reconcile.Adopt) != 1 {
+		t.Errorf("first pass: %v, want gitea adopted", res.Outcomes)
+	}
+	p, err := r.Plan(ctx, desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(p); !slices.Equal(got, []string{"replace gitea"}) || !strings.Contains(reasonOf(p, "gitea"), "resources") {
+		t.Errorf("the pass after adoption plans %v (%q), want gitea replaced for its resources", got, reasonOf(p, "gitea"))
+	}
+	// A restart (adoptions restored) sees the same.
+	r2 := newReconciler(t, rt, func(c *reconcile.Config) { c.NoInPlaceUpdates, c.Adoptions = true, r.Adoptions() })
+	if p, _ := r2.Plan(ctx, desired); !slices.Equal(kinds(p), []string{"replace gitea"}) {
+		t.Errorf("after a restart the plan is %v, want gitea replaced", kinds(p))
+	}
+	mustReconcile(t, r, desired)
+	if c, _ := rt.Container("gitea"); c.ID == id || c.Settings.Resources.MemoryBytes != 1<<30 {
+		t.Errorf("gitea = %s with memory %d, want a new container created with the limit", c.ID, c.Settings.Resources.MemoryBytes)
+	}
+	if p, _ := r.Plan(ctx, desired); len(p.Changes()) != 0 {
+		t.Errorf("not converged: %v", p)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -43,11 +44,6 @@ func (r *Reconciler) Apply(ctx context.Context, p *Plan) (*Result, error) {
 	res.Duration = r.now().Sub(start)
 	r.metrics.passDuration.Observe(res.Duration.Seconds())
 	r.metrics.budgetUsed.Set(float64(len(r.BudgetUsed())))
-	if r.cfg.Journal != nil {
-		if err := r.record(res); err != nil {
-			r.log.Warn("recording the pass in the journal", "err", err)
-		}
-	}
 	return res, res.Err()
 }
 
@@ -133,7 +129,7 @@ func (r *Reconciler) run(ctx context.Context, res *Result) {
 					return nil
 				}
 				began := r.now()
-				err := r.do(ctx, o, needHealthy[o.Name])
+				err := r.safely(fmt.Sprintf("%s %q", o.Kind, o.Name), func() error { return r.do(ctx, o, needHealthy[o.Name]) })
 				o.Duration = r.now().Sub(began)
 				r.finish(o, err)
 				return nil
@@ -141,6 +137,22 @@ func (r *Reconciler) run(ctx context.Context, res *Result) {
 		}
 		g.Wait()
 	}
+}
+
+// safely runs f, one action (or inspection) on a goroutine of its own,
+// turning a panic into its error, logged with the stack and counted
+// (meshhost_reconcile_panics_total): nothing could recover it on that
+// goroutine, and the process, every other action of the pass with it,
+// would die.
+func (r *Reconciler) safely(what string, f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.metrics.panics.Inc()
+			r.log.Error("recovered from a panic", "in", what, "panic", v, "stack", string(debug.Stack()))
+			err = fmt.Errorf("%s: panicked: %v", what, v)
+		}
+	}()
+	return f()
 }
 
 // waitFor waits until every dependency of o in this phase is done, and
@@ -215,7 +227,7 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 		o.NewID = id
 		return err
 	case Resume:
-		id, err := r.complete(ctx, "finishing the replacement of", o.Action, o.AsideID, o.ID)
+		id, err := r.complete(ctx, "finishing the replacement of", o.Action, o.AsideID, o.AsideStopTimeout, o.ID)
 		o.NewID = id
 		return err
 	case Rollback:
@@ -234,12 +246,16 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 		}
 		return r.start(ctx, "updating", o.Name, o.ID, d, healthy)
 	case Adopt:
-		if len(o.Changes) > 0 {
+		rec := *d // what the container runs with, once adopted
+		switch {
+		case o.adoptAs != nil:
+			rec.Resources = *o.adoptAs
+		case len(o.Changes) > 0:
 			if err := r.rt.Update(ctx, o.ID, d.Resources); err != nil {
 				return fmt.Errorf("adopting %q: updating in place: %w", o.Name, err)
 			}
 		}
-		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: digest.Of(*d), Record: digest.Record(*d)})
+		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: digest.Of(rec), Record: digest.Record(rec)})
 		if o.Running {
 			return nil
 		}

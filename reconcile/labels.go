@@ -11,8 +11,8 @@ import (
 // Labels meshhost puts on every container it creates, besides
 // digest.LabelDigest and digest.LabelRecord. A container is managed by a
 // Reconciler exactly when it carries LabelManaged="true" and LabelOwner equal
-// to the Reconciler's Config.Owner (or was adopted by it): only managed
-// containers are ever stopped, replaced or removed.
+// to the Reconciler's Config.Owner (ManagedBy), or was adopted by it: only
+// managed containers are ever stopped, replaced or removed.
 const (
 	LabelManaged = spec.LabelPrefix + "managed"
 	// LabelOwner names the reconciler owning the container (the agent sets
@@ -27,8 +27,11 @@ const (
 // AsideSuffix is appended to a container's name while it is replaced: the
 // old container waits under NAME+AsideSuffix, stopped, until its replacement
 // runs (and is healthy). The name is fixed so that a pass after a crash finds
-// it and finishes or rolls back the replacement.
-const AsideSuffix = ".meshhost-old"
+// it and finishes or rolls back the replacement. Only a container this
+// Reconciler manages is ever taken for one: anyone else's container under
+// that name is left alone (and blocks replacing NAME, see Conflict).
+// Declarations may not use it: spec.ParseDeclaration refuses such names.
+const AsideSuffix = spec.AsideSuffix
 
 // labelled returns r with meshhost's labels added, as Create receives it.
 func labelled(r spec.Rendered, owner string) spec.Rendered {
@@ -59,7 +62,7 @@ func identityOf(o *Observed, adopted map[string]Adoption, owner string) identity
 		return identity{managed: true, digest: a.Digest, record: a.Record}
 	}
 	return identity{
-		managed: ownedBy(o, owner),
+		managed: ManagedBy(*o, owner),
 		digest:  o.Labels[digest.LabelDigest],
 		record:  o.Labels[digest.LabelRecord],
 	}
@@ -73,7 +76,10 @@ func dependsOnLabel(o *Observed) []string {
 	return strings.Split(s, ",")
 }
 
-// ownedBy reports whether o is a managed container of owner's.
-func ownedBy(o *Observed, owner string) bool {
+// ManagedBy reports whether o carries the labels of a container the
+// Reconciler of owner (Config.Owner; empty is an owner too) created:
+// LabelManaged="true" and LabelOwner=owner. It is the one test of
+// ownership: the planner, the migration gate and the demo all use it.
+func ManagedBy(o Observed, owner string) bool {
 	return o.Labels[LabelManaged] == "true" && o.Labels[LabelOwner] == owner
 }

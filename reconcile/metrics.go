@@ -15,6 +15,7 @@ type metrics struct {
 	budgetUsed   prometheus.Gauge
 	deferred     prometheus.Counter
 	passDuration prometheus.Histogram
+	panics       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -44,11 +45,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Duration of Apply, per pass.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 9), // 10ms to ~11min
 		}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_reconcile_panics_total",
+			Help: "Actions and inspections that panicked (a bug); each failed the action alone, with the panic as its error.",
+		}),
+	}
+	// Every kind at 0 from the start, so a dashboard never shows "no data".
+	for _, k := range kinds {
+		m.actions.WithLabelValues(string(k))
+		m.errors.WithLabelValues(string(k))
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.actions, m.errors, m.replacements, m.budgetUsed, m.deferred, m.passDuration} {
+	for _, c := range []prometheus.Collector{m.actions, m.errors, m.replacements, m.budgetUsed, m.deferred, m.passDuration, m.panics} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("reconcile: registering metrics (one Reconciler per Registerer): %w", err)
 		}

@@ -77,12 +77,14 @@ func (r *Reconciler) inspectAll(ctx context.Context, ids []string) (map[string]I
 	g.SetLimit(r.cfg.Concurrency)
 	for i, id := range ids {
 		g.Go(func() error {
-			ins, err := r.rt.Inspect(ctx, id)
-			if err != nil {
-				return fmt.Errorf("planning: inspecting container %s to compare it field by field: %w", id, err)
-			}
-			out[i] = ins
-			return nil
+			return r.safely("inspecting "+id, func() error {
+				ins, err := r.rt.Inspect(ctx, id)
+				if err != nil {
+					return fmt.Errorf("planning: inspecting container %s to compare it field by field: %w", id, err)
+				}
+				out[i] = ins
+				return nil
+			})
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -113,7 +115,7 @@ func (p *planner) toInspect() []string {
 	for i := range p.desired {
 		d := &p.desired[i]
 		o := p.observed[d.Name]
-		if o == nil || p.observed[d.Name+AsideSuffix] != nil {
+		if o == nil || p.aside(d.Name) != nil {
 			continue
 		}
 		if id := identityOf(o, p.adopted, p.owner); !id.managed || !knownVersion(id.digest) {
@@ -152,9 +154,9 @@ func (p *planner) removals(unmanaged *int) []Action {
 	for name, o := range p.observed {
 		base, aside := strings.CutSuffix(name, AsideSuffix)
 		switch {
-		case declared[name] || aside && declared[base]:
+		case declared[name] || aside && declared[base] && p.aside(base) != nil:
 			continue // the declared container's own action deals with it
-		case ownedBy(o, p.owner):
+		case ManagedBy(*o, p.owner):
 			gone[name] = o
 		default:
 			*unmanaged++
@@ -188,11 +190,44 @@ func (p *planner) removals(unmanaged *int) []Action {
 	return out
 }
 
+// aside returns the container an interrupted replacement of name left
+// aside, NAME+AsideSuffix, when this Reconciler manages it, and nil
+// otherwise: anyone else's container under that name is no replacement of
+// meshhost's, and is never touched.
+func (p *planner) aside(name string) *Observed {
+	if o := p.observed[name+AsideSuffix]; o != nil && identityOf(o, p.adopted, p.owner).managed {
+		return o
+	}
+	return nil
+}
+
 // actionFor decides what to do for one declared container.
 func (p *planner) actionFor(d *spec.Rendered) Action {
+	a := p.decide(d)
+	if a.Kind != Replace {
+		return a
+	}
+	// A replacement sets the old container aside under NAME+AsideSuffix; a
+	// container meshhost does not manage holds that name.
+	if f := p.observed[d.Name+AsideSuffix]; f != nil && p.aside(d.Name) == nil {
+		blocked := fmt.Sprintf("%s; but %q, which the replacement needs for the old container, is held by a container meshhost does not manage (%.12s), which it never touches: rename or remove that one", a.Reason, f.Name, f.ID)
+		a.StopTimeout = 0
+		if a.Running {
+			a.Kind, a.Reason = Conflict, blocked
+			return a
+		}
+		a.Kind, a.Reason = Start, blocked+"; starting the old one as it is meanwhile"
+	}
+	return a
+}
+
+// decide decides what to do for one declared container, as if nothing but
+// meshhost's own containers could hold NAME+AsideSuffix (actionFor checks
+// that).
+func (p *planner) decide(d *spec.Rendered) Action {
 	a := Action{Name: d.Name, Desired: d, DependsOn: d.DependsOn}
 	o := p.observed[d.Name]
-	if aside := p.observed[d.Name+AsideSuffix]; aside != nil {
+	if aside := p.aside(d.Name); aside != nil {
 		return p.recover(a, o, aside)
 	}
 	if o == nil {

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/meshhost/meshhost/internal/journal"
 )
 
 // Config is what a Reconciler needs. Runtime is required; every other field
@@ -68,8 +66,6 @@ type Config struct {
 	HealthTimeout time.Duration
 	// HealthPoll is how often that wait inspects the container. Default 1s.
 	HealthPoll time.Duration
-	// Journal, when set, records every pass that changed something.
-	Journal *journal.Journal
 }
 
 // Budget bounds replacements: at most Max may begin within any Window.

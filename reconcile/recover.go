@@ -7,8 +7,10 @@ import (
 )
 
 // recover decides how to finish a replacement that a crash interrupted: the
-// old container waits under Name+AsideSuffix (stopped), and the new one, o,
-// may or may not have been created or started.
+// old container, aside, waits under Name+AsideSuffix (stopped, unless
+// someone started it since), and the new one, o, may or may not have been
+// created or started. aside is managed by this Reconciler (planner.aside):
+// anyone else's container under that name is never taken for one.
 //
 //   - nothing holds the name and the old container matches the declaration:
 //     roll back (rename it back and start it);
@@ -25,16 +27,24 @@ import (
 // Config.BudgetCharged), and the old container is down until it ends.
 func (p *planner) recover(a Action, o, aside *Observed) Action {
 	a.AsideID = aside.ID
+	asideID := identityOf(aside, p.adopted, p.owner)
+	a.AsideStopTimeout = recordStopTimeout(asideID.record)
 	d := a.Desired
+	stopping := ""
+	if aside.State == StateRunning {
+		// Started by hand, or by an older meshhost after a rename whose
+		// reply was lost: it must stop before the new one starts on the
+		// same volumes.
+		stopping = fmt.Sprintf(" (%q runs: it is stopped first)", aside.Name)
+	}
 	if o == nil {
-		asideID := identityOf(aside, p.adopted, p.owner)
-		if ok, _ := digest.Matches(asideID.digest, *d); ok && asideID.managed {
+		if ok, _ := digest.Matches(asideID.digest, *d); ok {
 			a.Kind = Rollback
 			a.Reason = fmt.Sprintf("a replacement was interrupted before the new container was created; %q matches the declaration: renaming it back", aside.Name)
 			return a
 		}
 		a.Kind = Resume
-		a.Reason = fmt.Sprintf("a replacement was interrupted after %q was set aside: creating the new container", aside.Name)
+		a.Reason = fmt.Sprintf("a replacement was interrupted after %q was set aside: creating the new container%s", aside.Name, stopping)
 		return a
 	}
 	a.ID, a.Running = o.ID, o.State == StateRunning
@@ -45,7 +55,7 @@ func (p *planner) recover(a Action, o, aside *Observed) Action {
 		a.Reason = fmt.Sprintf("an unmanaged container holds the name while %q waits aside from an interrupted replacement; meshhost touches neither: resolve by hand", aside.Name)
 	case match:
 		a.Kind = Resume
-		a.Reason = fmt.Sprintf("a replacement was interrupted after the new container was created: starting it, then removing %q", aside.Name)
+		a.Reason = fmt.Sprintf("a replacement was interrupted after the new container was created: starting it, then removing %q%s", aside.Name, stopping)
 	default:
 		a.Kind = Rollback
 		a.StopTimeout = recordStopTimeout(id.record)

@@ -54,7 +54,7 @@ func (s *state) snapshot(observed []Observed) (map[string]Adoption, map[string]s
 func (s *state) take(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.prune(now)
+	s.pruneLocked(now)
 	if len(s.used) >= s.budget.Max {
 		return false
 	}
@@ -73,8 +73,9 @@ func (s *state) refund(at []time.Time) {
 	}
 }
 
-// prune drops replacements older than the window. mu must be held.
-func (s *state) prune(now time.Time) {
+// pruneLocked drops replacements older than the window.
+func (s *state) pruneLocked(now time.Time) {
+	assertLocked(&s.mu)
 	cut := now.Add(-s.budget.Window)
 	i := 0
 	for i < len(s.used) && !s.used[i].After(cut) {
@@ -86,7 +87,7 @@ func (s *state) prune(now time.Time) {
 func (s *state) usedAt(now time.Time) []time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.prune(now)
+	s.pruneLocked(now)
 	return slices.Clone(s.used)
 }
 
@@ -115,4 +116,14 @@ func (r *Reconciler) Adoptions() []Adoption {
 	out := slices.Collect(maps.Values(r.state.adopted))
 	slices.SortFunc(out, func(a, b Adoption) int { return cmp.Compare(a.Name, b.Name) })
 	return out
+}
+
+// assertLocked panics unless m is locked: a ...Locked function called
+// without its lock would race silently. (The internal syncs.AssertLocked,
+// which reconcile does not import.)
+func assertLocked(m *sync.Mutex) {
+	if m.TryLock() {
+		m.Unlock()
+		panic("reconcile: mutex is not locked")
+	}
 }

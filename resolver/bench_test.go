@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // benchRoster is the bench script's roster: n names svc{i}.node{i%50}.mesh.internal.
@@ -27,7 +28,7 @@ func BenchmarkParseRoster100k(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := spec.ParseRoster(data); err != nil {
+		if _, err := specjson.ParseRoster(data); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -55,7 +56,7 @@ func BenchmarkBuildTable100k(b *testing.B) {
 	r := benchRoster(100000, 1).Normalize()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := buildTable(r, 5, 5); err != nil {
+		if _, err := buildTable(r, 5, 5, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -69,7 +70,7 @@ func TestTableSize100k(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	tb, err := buildTable(r, 5, 5)
+	tb, err := buildTable(r, 5, 5, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

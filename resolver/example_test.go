@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/meshhost/meshhost/resolver"
-	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 func Example() {
@@ -26,7 +26,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, err := spec.ParseRoster([]byte(`{"generation": 7, "zones": ["internal"],
+	r, err := specjson.ParseRoster([]byte(`{"generation": 7, "zones": ["internal"],
 		"names": {"gitea.novox.internal": ["10.89.0.7"]}}`))
 	if err != nil {
 		log.Fatal(err)

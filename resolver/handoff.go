@@ -161,7 +161,7 @@ func (s *Server) Drain(ctx context.Context) error {
 			}
 		}
 	}
-	for len(s.forwards) > 0 && ctx.Err() == nil {
+	for s.inflight.Load() > 0 && ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
 		case <-tick.C:

@@ -11,7 +11,7 @@ import (
 	"codeberg.org/miekg/dns"
 
 	"github.com/meshhost/meshhost/internal/continuity"
-	"github.com/meshhost/meshhost/internal/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/dnstest"
 	"github.com/meshhost/meshhost/spec"
 )
 

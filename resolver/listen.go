@@ -10,8 +10,6 @@ import (
 	"slices"
 	"sync"
 	"syscall"
-
-	"github.com/meshhost/meshhost/internal/yield"
 )
 
 // listener is one address served over UDP and TCP.
@@ -20,9 +18,8 @@ type listener struct {
 	udp  *net.UDPConn
 	tcp  *net.TCPListener
 
-	conns   tcpConns
-	wg      sync.WaitGroup
-	unwatch func() // stops long computations stepping aside for this socket
+	conns tcpConns
+	wg    sync.WaitGroup
 }
 
 // Listen serves addr over UDP and TCP. The address need not exist yet: a
@@ -74,10 +71,6 @@ func (s *Server) listen(addr netip.AddrPort) (netip.AddrPort, error) {
 func (s *Server) serveLocked(l *listener) {
 	s.listeners[l.addr] = l
 	s.publishOwn()
-	// A roster swap (parse, validate, compile) steps aside whenever a query
-	// waits on this socket: with one CPU it would otherwise delay queries
-	// by up to the scheduler's 10 ms slice.
-	l.unwatch = yield.Watch(l.udpPending)
 
 	// Readers share the one socket (no SO_REUSEPORT, see bind), one per
 	// CPU the runtime uses, up to 4.
@@ -103,18 +96,41 @@ func (s *Server) Unlisten(addr netip.AddrPort) error {
 	return l.close()
 }
 
-// publishOwn stores the listener addresses; s.mu must be held.
+// publishOwn stores the listener addresses, and the listeners for Busy;
+// s.mu must be held.
 func (s *Server) publishOwn() {
 	own := make([]netip.AddrPort, 0, len(s.listeners))
-	for a := range s.listeners {
+	socks := make([]*listener, 0, len(s.listeners))
+	for a, l := range s.listeners {
 		own = append(own, a)
+		socks = append(socks, l)
 	}
 	slices.SortFunc(own, netip.AddrPort.Compare)
 	s.own.Store(&own)
+	s.socks.Store(&socks)
+	s.refreshTargets()
+}
+
+// Busy reports whether a query waits in the receive queue of one of the
+// server's UDP sockets. A roster swap (validate, compile, save) steps aside
+// while it does: with one CPU it would otherwise delay queries by up to the
+// scheduler's 10 ms slice. Whoever reads a large roster beside the server,
+// in its process, can pass Busy on for the same (specjson.Reader.Busy). It
+// is cheap and safe for concurrent use.
+func (s *Server) Busy() bool {
+	socks := s.socks.Load()
+	if socks == nil {
+		return false
+	}
+	for _, l := range *socks {
+		if l.udpPending() {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *listener) close() error {
-	l.unwatch()
 	err := errors.Join(l.udp.Close(), l.tcp.Close())
 	l.conns.closeAll()
 	l.wg.Wait()

@@ -193,7 +193,6 @@ func TestUDPPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.unwatch = func() {}
 	defer l.close()
 	if l.udpPending() {
 		t.Fatal("udpPending = true on a fresh socket")

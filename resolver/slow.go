@@ -12,14 +12,6 @@ import (
 	"github.com/meshhost/meshhost/spec"
 )
 
-// forwardJob is a question the slow path hands to upstream servers.
-type forwardJob struct {
-	req     []byte           // the client's query, copied
-	targets []netip.AddrPort // tried in order
-	limit   int              // largest reply the client takes
-	qtype   uint16
-}
-
 // slow answers any query the fast path did not: it unpacks the whole message
 // with miekg/dns. It returns the reply, or a job to forward, or neither when
 // the packet is to be dropped.
@@ -73,6 +65,22 @@ func (s *Server) slow(t *table, req []byte, client netip.Addr, udp bool) ([]byte
 			s.answerName(t, resp, e, qname, qtype)
 			return pack(resp, limit), nil
 		}
+		// A reverse name of a roster address, inside a zone of the
+		// roster's or not (a zone may be a reverse zone, 10.in-addr.arpa).
+		if qtype == dns.TypePTR {
+			if a := dnsutil.AddrReverse(name + "."); a.IsValid() {
+				if names := t.reverse(a); len(names) > 0 {
+					resp.Authoritative = true
+					for _, n := range names {
+						resp.Answer = append(resp.Answer, &dns.PTR{
+							Hdr: dns.Header{Name: qname, Class: dns.ClassINET, TTL: t.ttl},
+							PTR: rdata.PTR{Ptr: n + "."},
+						})
+					}
+					return pack(resp, limit), nil
+				}
+			}
+		}
 		if zi != 0 {
 			z := &t.zones[zi-1]
 			resp.Authoritative = true
@@ -89,20 +97,6 @@ func (s *Server) slow(t *table, req []byte, client netip.Addr, udp bool) ([]byte
 			resp.Ns = []dns.RR{s.soaRR(t, z)}
 			return pack(resp, limit), nil
 		}
-		if qtype == dns.TypePTR {
-			if a := dnsutil.AddrReverse(name + "."); a.IsValid() {
-				if names := t.reverse(a); len(names) > 0 {
-					resp.Authoritative = true
-					for _, n := range names {
-						resp.Answer = append(resp.Answer, &dns.PTR{
-							Hdr: dns.Header{Name: qname, Class: dns.ClassINET, TTL: t.ttl},
-							PTR: rdata.PTR{Ptr: n + "."},
-						})
-					}
-					return pack(resp, limit), nil
-				}
-			}
-		}
 	}
 
 	// Not the mesh's: forward, except ANY, which gets the minimal answer of
@@ -112,14 +106,15 @@ func (s *Server) slow(t *table, req []byte, client netip.Addr, udp bool) ([]byte
 		return pack(resp, limit), nil
 	}
 	targets := s.localForward(client, name)
-	if targets == nil {
+	local := targets != nil
+	if !local {
 		targets = s.upstreams()
 	}
 	if len(targets) == 0 {
 		resp.Rcode = dns.RcodeServerFailure
 		return pack(resp, limit), nil
 	}
-	return nil, &forwardJob{req: append([]byte(nil), req...), targets: targets, limit: limit, qtype: qtype}
+	return nil, &forwardJob{req: append([]byte(nil), req...), targets: targets, limit: limit, qtype: qtype, opt: optOffset(req), local: local}
 }
 
 // answerName fills resp for a name the table has.
@@ -261,4 +256,19 @@ func questionEnd(req []byte) (int, bool) {
 		return 0, false
 	}
 	return off + 4, true
+}
+
+// optOffset is where the OPT record of a query starts, -1 when it has none
+// or it cannot be walked.
+func optOffset(req []byte) int {
+	rrs, _, ok := walkReply(req)
+	if !ok {
+		return -1
+	}
+	for _, rr := range rrs {
+		if rr.typ == typeOPT && rr.section == 2 {
+			return rr.start
+		}
+	}
+	return -1
 }

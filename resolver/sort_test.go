@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/meshhost/meshhost/internal/yield"
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
 )
 
 // TestSortYielding checks the PTR index's radix sort against slices.Sort,

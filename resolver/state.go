@@ -8,12 +8,13 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/meshhost/meshhost/internal/atomicfile"
-	"github.com/meshhost/meshhost/internal/yield"
+	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
-// The state file is the roster file format (spec.ParseRoster), so an
+// The state file is the roster file format (specjson.ParseRoster), so an
 // operator can read it, and feed it to `meshhost resolver --roster`.
 
 var errNoState = errors.New("no saved roster")
@@ -26,7 +27,7 @@ func loadState(path string) (*spec.Roster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading saved roster: %w", err)
 	}
-	r, err := spec.ParseRoster(data)
+	r, err := specjson.ParseRoster(data)
 	if err != nil {
 		return nil, fmt.Errorf("saved roster %q is unreadable (remove it to start without one): %w", path, err)
 	}
@@ -35,8 +36,8 @@ func loadState(path string) (*spec.Roster, error) {
 
 // saveState writes t's roster to path atomically: a temporary file in the
 // same directory, synced, renamed over path, and the directory synced.
-func saveState(path string, t *table) error {
-	if err := atomicfile.Write(path, t.appendJSON(nil), 0o600); err != nil {
+func saveState(path string, t *table, busy func() bool) error {
+	if err := atomicfile.Write(path, t.appendJSON(nil, busy), 0o600); err != nil {
 		return fmt.Errorf("saving roster to %q: %w", path, err)
 	}
 	return nil
@@ -46,8 +47,8 @@ func saveState(path string, t *table) error {
 // validated host names (letters, digits, hyphens, dots), so they need no
 // escaping. It yields like buildTable, so saving a large roster does not
 // stall queries on a single CPU.
-func (t *table) appendJSON(b []byte) []byte {
-	var y yield.Yielder
+func (t *table) appendJSON(b []byte, busy func() bool) []byte {
+	y := yield.Yielder{Pending: busy}
 	b = fmt.Appendf(b, `{"generation": %d, "zones": [`, t.gen)
 	zones := make([]string, 0, len(t.zones))
 	for _, z := range t.zones {

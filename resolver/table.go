@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/meshhost/meshhost/internal/yield"
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -63,13 +63,16 @@ type zone struct {
 }
 
 // maxAddrs bounds the addresses of one name: more would not fit a DNS
-// message anyway.
-const maxAddrs = 4000
+// message anyway. spec.Roster.Validate refuses more, where the roster is
+// declared.
+const maxAddrs = spec.MaxAddrsPerName
 
 // buildTable compiles a validated roster (spec.Roster.Validate); it need
-// not be normalized.
-func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
-	var y yield.Yielder
+// not be normalized. It steps aside while busy says queries wait (nil:
+// never). A name may be a zone itself (a public domain routed as a name
+// while also a zone): the zone's apex then has its addresses.
+func buildTable(r *spec.Roster, ttl, negTTL uint32, busy func() bool) (*table, error) {
+	y := yield.Yielder{Pending: busy}
 	t := &table{gen: r.Generation, ttl: ttl, negTTL: negTTL, seed: maphash.MakeSeed()}
 	zoneNames := make([]string, 0, len(r.Zones))
 	for _, z := range r.Zones {
@@ -156,8 +159,8 @@ func buildTable(r *spec.Roster, ttl, negTTL uint32) (*table, error) {
 	for ei := 0; ei < len(t.ents); ei++ {
 		y.Maybe()
 		e := t.ents[ei]
-		if !e.routed || e.zone == 0 {
-			continue
+		if !e.routed || e.zone == 0 || e.nameLen == 0 {
+			continue // outside the zones, or a name that is its zone's apex
 		}
 		// Walk up the labels above the zone, stopping below the apex.
 		labels := t.names[e.name : e.name+uint32(e.nameLen)]

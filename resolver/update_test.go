@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 func TestUpdateRefusesInvalid(t *testing.T) {
@@ -88,7 +89,7 @@ func TestPersistence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := spec.ParseRoster(data); err != nil {
+	if _, err := specjson.ParseRoster(data); err != nil {
 		t.Errorf("state file is not a roster file: %v", err)
 	}
 	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(state), ".*tmp*"))

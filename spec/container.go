@@ -41,6 +41,12 @@ const (
 	DefaultProtocol    = "tcp"
 )
 
+// AsideSuffix is appended to a container's name while the reconciler
+// replaces it: the old container waits under NAME+AsideSuffix until its
+// replacement runs, and a pass after a crash finds it there. A declared
+// container's name may not end with it.
+const AsideSuffix = ".meshhost-old"
+
 // Port publishes a container port on the host.
 type Port struct {
 	HostIP        netip.Addr // zero: all addresses

@@ -3,6 +3,7 @@ package spec
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // FieldError reports a fault in one field of a declaration or roster, named by
@@ -30,3 +31,24 @@ func (fe *fieldErrors) add(path, format string, args ...any) {
 }
 
 func (fe fieldErrors) err() error { return errors.Join(fe...) }
+
+// joinPath appends an object key to a FieldError path:
+// joinPath("containers[3].env", "LOG"). Keys that are not plain identifiers
+// are quoted: env["a b"].
+func joinPath(path, key string) string {
+	plain := key != ""
+	for _, c := range key {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			plain = false
+			break
+		}
+	}
+	switch {
+	case !plain:
+		return path + "[" + strconv.Quote(key) + "]"
+	case path == "":
+		return key
+	default:
+		return path + "." + key
+	}
+}

@@ -8,11 +8,10 @@ import (
 )
 
 func ExampleRender() {
-	roster, err := spec.ParseRoster([]byte(`{"generation": 7, "zones": ["internal"],
-	  "names": {"gitea.novox.internal": ["10.89.0.7"], "searxng.zurag.be": ["100.64.0.9"]}}`))
-	if err != nil {
-		panic(err)
-	}
+	roster := &spec.Roster{Generation: 7, Zones: []string{"internal"}, Names: map[string][]netip.Addr{
+		"gitea.novox.internal": {netip.MustParseAddr("10.89.0.7")},
+		"searxng.zurag.be":     {netip.MustParseAddr("100.64.0.9")},
+	}}
 	app := spec.Container{Name: "app", Image: "busybox"}
 
 	copied, _ := spec.Render(app, roster, spec.Mode{Names: spec.Copy})
@@ -32,13 +31,4 @@ func ExampleRender() {
 	// search internal
 	// nameserver 10.88.0.1
 	// options ndots:1
-}
-
-func ExampleParseDeclaration() {
-	_, err := spec.ParseDeclaration([]byte(`{"schema": 1, "machine": "ace", "generation": 3,
-	  "roster": {"generation": 1, "names": {}},
-	  "containers": [{"name": "db", "image": "postgres:16", "stop_timeout": "6o s"}]}`))
-	fmt.Println(err)
-	// Output:
-	// containers[0].stop_timeout: "6o s" is not a duration (write e.g. "30s" or "2m")
 }

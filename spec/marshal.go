@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// The JSON writers below produce exactly the format ParseDeclaration reads,
-// so a declaration survives a round trip (examples, the journal, the demo).
+// The JSON writers below produce exactly the format that package specjson
+// reads, so a declaration survives a round trip (examples, the journal, the
+// demo).
 
 type declarationDoc struct {
 	Schema     int           `json:"schema"`
@@ -131,4 +132,25 @@ func (c Container) MarshalJSON() ([]byte, error) {
 		}
 	}
 	return json.Marshal(doc)
+}
+
+// MarshalJSON writes r in the roster file format specjson.ParseRoster reads.
+func (r *Roster) MarshalJSON() ([]byte, error) {
+	names := make(map[string][]string, len(r.Names))
+	for n, addrs := range r.Names {
+		s := make([]string, len(addrs))
+		for i, a := range addrs {
+			s[i] = a.String()
+		}
+		names[n] = s
+	}
+	zones := r.Zones
+	if zones == nil {
+		zones = []string{}
+	}
+	return json.Marshal(struct {
+		Generation uint64              `json:"generation"`
+		Zones      []string            `json:"zones"`
+		Names      map[string][]string `json:"names"`
+	}{r.Generation, zones, names})
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-
-	"github.com/meshhost/meshhost/internal/yield"
 )
 
 // Roster is the mesh's list of names: every name on the mesh and its
@@ -26,11 +24,31 @@ type Roster struct {
 	Names map[string][]netip.Addr
 }
 
+// Limits of a roster the resolver serves, which Validate enforces: a roster
+// beyond them is refused where it is declared, with the path, rather than
+// by every machine's resolver at every pass.
+const (
+	// MaxAddrsPerName bounds one name's addresses: more would not fit a DNS
+	// answer anyway.
+	MaxAddrsPerName = 4000
+	// MaxZones bounds the zones of a roster.
+	MaxZones = 1<<16 - 2
+)
+
 // Validate reports every fault of r, each a *FieldError naming the entry.
-func (r *Roster) Validate() error {
+func (r *Roster) Validate() error { return r.ValidateYielding(nil) }
+
+// ValidateYielding is Validate calling yield, when not nil, once per name as
+// it goes: a caller validating a large roster beside latency-sensitive work
+// passes a function that steps aside while that work waits (the resolver's
+// swap does, for its sockets). spec itself never waits.
+func (r *Roster) ValidateYielding(yield func()) error {
 	var errs fieldErrors
 	if r.Generation == 0 {
 		errs.add("generation", "must be greater than 0")
+	}
+	if len(r.Zones) > MaxZones {
+		errs.add("zones", "%d zones; at most %d are supported", len(r.Zones), MaxZones)
 	}
 	seenZones := map[string]bool{}
 	for i, z := range r.Zones {
@@ -45,7 +63,7 @@ func (r *Roster) Validate() error {
 		}
 		seenZones[cz] = true
 	}
-	if r.namesValid() {
+	if r.namesValid(yield) {
 		return errs.err()
 	}
 	canonical := map[string]string{} // canonical name -> name as given
@@ -64,8 +82,11 @@ func (r *Roster) Validate() error {
 		}
 		canonical[cn] = name
 		addrs := r.Names[name]
-		if len(addrs) == 0 {
+		switch {
+		case len(addrs) == 0:
 			errs.add(path.String(), "has no addresses; remove the name or give it one")
+		case len(addrs) > MaxAddrsPerName:
+			errs.add(path.String(), "has %d addresses; at most %d fit a DNS answer", len(addrs), MaxAddrsPerName)
 		}
 		for j := range addrs {
 			if fault := addrFault(addrs, j); fault != "" {
@@ -93,17 +114,18 @@ func addrFault(addrs []netip.Addr, j int) string {
 }
 
 // namesValid reports whether Validate would find no fault in r.Names. It
-// allocates nothing for a roster of canonical names and yields the CPU as
-// it goes (see package yield): it runs on every roster swap, and sorting
-// 100,000 names to report faults in order held one CPU for tens of
-// milliseconds. Validate sorts only when there are faults to report.
-func (r *Roster) namesValid() bool {
-	var y yield.Yielder
+// allocates nothing for a roster of canonical names and calls yield (when
+// not nil) once per name: it runs on every roster swap, and sorting 100,000
+// names to report faults in order held one CPU for tens of milliseconds.
+// Validate sorts only when there are faults to report.
+func (r *Roster) namesValid(yield func()) bool {
 	var folded map[string]bool // canonical forms of the names not given canonical
 	for name, addrs := range r.Names {
-		y.Maybe()
+		if yield != nil {
+			yield()
+		}
 		cn := CanonicalName(name)
-		if CheckName(cn) != nil || len(addrs) == 0 {
+		if CheckName(cn) != nil || len(addrs) == 0 || len(addrs) > MaxAddrsPerName {
 			return false
 		}
 		if cn != name {
@@ -139,19 +161,6 @@ func (r *Roster) Normalize() *Roster {
 		out.Names[CanonicalName(name)] = slices.Compact(a)
 	}
 	return out
-}
-
-// SortedNames returns r's names in order.
-func (r *Roster) SortedNames() []string { return sortedKeys(r.Names) }
-
-// InZones reports whether the canonical name falls inside one of r's zones.
-func (r *Roster) InZones(name string) bool {
-	for _, z := range r.Zones {
-		if InZone(name, z) {
-			return true
-		}
-	}
-	return false
 }
 
 func sortedKeys[M ~map[K]V, K cmp.Ordered, V any](m M) []K {

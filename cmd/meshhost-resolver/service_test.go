@@ -16,11 +16,12 @@ import (
 	"codeberg.org/miekg/dns"
 
 	"github.com/meshhost/meshhost/internal/continuity"
-	"github.com/meshhost/meshhost/internal/dnstest"
 	"github.com/meshhost/meshhost/internal/fakesystemd"
-	"github.com/meshhost/meshhost/internal/syncbuf"
+	"github.com/meshhost/meshhost/internal/testkit/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/resolver/control"
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 var (
@@ -348,7 +349,7 @@ func TestNotify(t *testing.T) {
 	var from, to time.Time
 	for n, gen := 400_000, uint64(2); ; n, gen = n*2, gen+1 {
 		doc := bigRoster(n, gen)
-		ro, err := spec.ParseRoster(doc)
+		ro, err := specjson.ParseRoster(doc)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,25 +20,22 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshhost/meshhost/internal/agent"
-	"github.com/meshhost/meshhost/internal/atomicfile"
-	"github.com/meshhost/meshhost/internal/declsource"
-	"github.com/meshhost/meshhost/internal/journal"
+	"github.com/meshhost/meshhost/internal/agent/declsource"
+	"github.com/meshhost/meshhost/internal/agent/journal"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/netflag"
+	"github.com/meshhost/meshhost/internal/resolvercmd"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 func init() {
 	register(command{name: "agent", summary: "run the host agent: resolver, migration gate and reconcile loop", run: runAgent})
 }
-
-// Files and directories of the agent's state directory.
-const (
-	rosterStateFile    = "roster.json"     // the resolver's last good roster
-	reconcileStateFile = "reconciler.json" // replacement budget and adoptions
-	journalDir         = "journal"
-)
 
 func runAgent(ctx context.Context, env *environment, args []string) (int, error) {
 	fs := newFlagSet(env, "agent")
@@ -47,7 +43,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	push := fs.String("push", "", "the controller's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock; \"off\" disables it)")
 	httpAddr := fs.String("http", "127.0.0.1:9469", "where /metrics and /healthz are served (\"off\" disables them)")
 	machine := fs.String("machine", defaultMachine(), "this machine's name in the mesh: declarations for another machine are refused, and only containers it created are ever removed")
-	stateDir := fs.String("state", "/var/lib/meshhost", "state directory: saved declaration and roster, migration state, journal")
+	stateDir := fs.String("state", statedir.Default, "state directory: saved declaration and roster, migration state, journal")
 	runtimeKind := fs.String("runtime", "podman", "container runtime: podman, or memory (embedded, for trying the agent out)")
 	socket := fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)")
 	interval := fs.Duration("interval", 30*time.Second, "time between periodic passes")
@@ -55,13 +51,17 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	window := fs.Duration("budget-window", reconcile.DefaultBudget.Window, "the replacement budget's window")
 	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local resolver address (assigned to lo) for routed networks")
 	probeBinary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
+	proofMaxAge := fs.Duration("proof-max-age", migrations.DefaultMaxProofAge, "how old a passing probe may be and still switch a network to the resolver; older ones (an agent that could not probe since) wait for a new probe")
 	probeOutside := fs.String("probe-outside", "", "a name outside the mesh the probe must resolve through the resolver's forwarding, as NAME or NAME=ADDR; required before any network can switch to the resolver")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	var upstreams, listens addrList
-	var allow prefixList
-	fs.Var(&upstreams, "upstream", "upstream DNS server `ip:port` for names outside the mesh (repeatable; default: /etc/resolv.conf)")
-	fs.Var(&listens, "listen", "extra resolver listen `ip:port` (repeatable), e.g. 127.0.0.1:53 for the host itself")
-	fs.Var(&allow, "allow", "extra resolver client `CIDR` (repeatable); probed container networks and loopback are always allowed")
+	var upstreams netflag.Upstreams
+	var listens netflag.AddrPorts
+	var allow netflag.Prefixes
+	fs.Var(&upstreams, "upstream", "upstream DNS server `ADDR[,ADDR...]` (ip or ip:port) for names outside the mesh; repeatable (default: /etc/resolv.conf)")
+	fs.Var(&listens, "listen", "extra resolver listen `ADDR[,ADDR...]` (ip:port); repeatable, e.g. 127.0.0.1:53 for the host itself")
+	fs.Var(&allow, "allow", "extra resolver client `CIDR[,CIDR...]` (or address); repeatable; probed container networks and loopback are always allowed")
+	var cache resolvercmd.CacheFlags
+	cache.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
@@ -70,23 +70,27 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		return 2, fmt.Errorf("--log-level: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
-	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
-		return 1, fmt.Errorf("state directory: %w", err)
+	dir := statedir.New(*stateDir)
+	if err := dir.Create(); err != nil {
+		return 1, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// The resolver comes first: it serves the saved roster before the
 	// controller or the runtime answer anything.
-	srv, err := resolver.New(resolver.Config{
+	rcfg := resolver.Config{
 		Logger: logger, Registerer: reg, Upstreams: upstreams, Allow: allow,
-		StatePath: filepath.Join(*stateDir, rosterStateFile),
+		StatePath: dir.Roster(),
 		Forbidden: resolver.PodmanDNSGuard(),
-	})
+	}
+	cache.Apply(&rcfg)
+	srv, err := resolver.New(rcfg)
 	if err != nil {
 		return 1, err
 	}
 	defer srv.Close() // last: the resolver answers until the very end
+	defer resolvercmd.FlushOnSignal(ctx, srv)()
 	for _, l := range listens {
 		if err := srv.Listen(l); err != nil {
 			return 1, fmt.Errorf("--listen %s: %w", l, err)
@@ -96,11 +100,17 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		logger.Info("serving the saved roster", "generation", r.Generation, "names", len(r.Names))
 	}
 
-	saved, err := agent.LoadDeclaration(*stateDir)
+	saved, err := agent.LoadDeclaration(dir)
 	if err != nil {
-		return 1, err
+		// Saved by a meshhost that checked less (a name this one reserves,
+		// say): refusing to start would leave the machine without an agent
+		// until someone edits the state directory. Without it the resolver
+		// serves its saved roster, no container is touched, and the next
+		// declaration pushed or written takes over.
+		logger.Error("the saved declaration is refused; no container is touched until a valid declaration arrives", "err", err)
+		saved = nil
 	}
-	source := declsource.New(logger, *machine, saved)
+	source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: srv.Busy}, Logger: logger})
 	var savedGen uint64 // the declaration in force is on disk already: not written again
 	if cur, _ := source.Current(); cur != nil {
 		savedGen = cur.Generation
@@ -123,11 +133,11 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		if err != nil {
 			return 1, err
 		}
-		rt, nets, inPlace = p, probeRuntime{Runtime: p}, updates
+		rt, nets, inPlace = p, p, updates
 		// Probe containers an agent killed mid-probe left behind, before
 		// this one probes anything.
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		if _, err := migrations.SweepProbes(sctx, probeRuntime{Runtime: p}, *machine, logger); err != nil {
+		if _, err := migrations.SweepProbes(sctx, p, *machine, logger); err != nil {
 			logger.Warn("sweeping probe containers left behind", "err", err)
 		}
 		cancel()
@@ -168,7 +178,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 			}
 			migrations.PruneProbeImages(ctx, p, image, logger) // logs what it removes, and what it cannot
 			return migrations.NewRunner(migrations.RunnerConfig{
-				Runtime: probeRuntime{Runtime: p}, Exposer: exposer, Image: image, Zone: zone,
+				Runtime: p, Exposer: exposer, Image: image, Zone: zone,
 				Outside: outside, OutsideWant: outsideWant, Logger: logger,
 				Owner: *machine,
 			})
@@ -177,24 +187,24 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		return 2, fmt.Errorf("--runtime %q: want podman or memory", *runtimeKind)
 	}
 
-	gate, err := migrations.OpenGate(migrations.GateConfig{Dir: *stateDir, Logger: logger, Registerer: reg})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: *machine, Logger: logger, Registerer: reg, MaxProofAge: *proofMaxAge})
 	if err != nil {
 		return 1, err
 	}
-	jnl, err := journal.Open(filepath.Join(*stateDir, journalDir), journal.Options{})
+	jnl, err := journal.Open(dir.Journal(), journal.Options{})
 	if err != nil {
 		return 1, err
 	}
 	rec, saveState, err := openReconciler(reconcile.Config{
-		Runtime: rt, Owner: *machine, NoInPlaceUpdates: !inPlace, Logger: logger, Registerer: reg, Journal: jnl,
+		Runtime: rt, Owner: *machine, NoInPlaceUpdates: !inPlace, Logger: logger, Registerer: reg,
 		Budget: reconcile.Budget{Max: *budget, Window: *window},
-	}, filepath.Join(*stateDir, reconcileStateFile), logger)
+	}, dir.Reconciler(), logger)
 	if err != nil {
 		return 1, err
 	}
 	acfg := agent.Config{
 		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source,
-		Networks: nets, NewProber: newProber, Journal: jnl, StateDir: *stateDir, SavedGeneration: savedGen,
+		Networks: nets, NewProber: newProber, Journal: jnl, State: dir, SavedGeneration: savedGen,
 		Interval: *interval, Logger: logger, Registerer: reg,
 		AfterPass: func(*agent.Report) { saveState() },
 	}
@@ -213,7 +223,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	if *push != "off" {
 		addr := *push
 		if addr == "" {
-			addr = "unix:" + filepath.Join(*stateDir, "push.sock")
+			addr = "unix:" + dir.PushSocket()
 		}
 		l, err := declsource.Listen(addr)
 		if err != nil {
@@ -229,17 +239,8 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-			if err := a.Health(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprintln(w, "ok")
-		})
-		mux.HandleFunc("/v1/report", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(a.LastReport())
-		})
+		mux.Handle("/healthz", a.Handler()) // neither waits for a pass in progress
+		mux.Handle("/v1/report", a.Handler())
 		logger.Info("metrics and health", "addr", l.Addr().String())
 		g.Go(func() error { return serveHTTP(gctx, l, mux) })
 	}

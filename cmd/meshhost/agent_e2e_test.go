@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 )
 
 // TestAgentEndToEnd runs `meshhost agent` against real podman, pushes

@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/fullfs"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/fullfs"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/spec"
@@ -57,7 +57,7 @@ func budgetFixture(t *testing.T, path string) (rt *memory.Runtime, open func() (
 // replacement's charge before the replacement's first podman call, so an
 // agent killed there restarts with the hour's one replacement spent.
 func TestAgentBudgetSavedBeforeReplacement(t *testing.T) {
-	path := filepath.Join(t.TempDir(), reconcileStateFile)
+	path := statedir.New(t.TempDir()).Reconciler()
 	rt, open, web := budgetFixture(t, path)
 	before, _ := rt.Container("web")
 
@@ -99,7 +99,7 @@ func TestAgentBudgetSavedBeforeReplacement(t *testing.T) {
 // once there is room again it goes ahead.
 func TestAgentBudgetUnsavedOnFullDisk(t *testing.T) {
 	dir := fullfs.Mount(t, 256<<10)
-	path := filepath.Join(dir, reconcileStateFile)
+	path := statedir.New(dir).Reconciler()
 	rt, open, web := budgetFixture(t, path)
 	before, _ := rt.Container("web")
 	rec, _ := open()

@@ -153,7 +153,7 @@ func cleanupDemo(ctx context.Context, rt reconcile.Runtime) {
 		return
 	}
 	for _, o := range list {
-		if strings.HasPrefix(o.Name, demoPrefix) && o.Labels[reconcile.LabelManaged] == "true" {
+		if strings.HasPrefix(o.Name, demoPrefix) && reconcile.ManagedBy(o, "") {
 			_ = rt.Stop(ctx, o.ID, time.Second)
 			_ = rt.Remove(ctx, o.ID)
 		}

@@ -26,8 +26,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/podmantest"
-	"github.com/meshhost/meshhost/internal/syncbuf"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/migrations"
 )
 

@@ -26,9 +26,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/dnstest"
-	"github.com/meshhost/meshhost/internal/podmantest"
-	"github.com/meshhost/meshhost/internal/syncbuf"
+	"github.com/meshhost/meshhost/internal/testkit/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/reconcile"
 )
 

@@ -20,9 +20,10 @@ import (
 	"codeberg.org/miekg/dns"
 
 	"github.com/meshhost/meshhost/internal/agent"
-	"github.com/meshhost/meshhost/internal/dnstest"
-	"github.com/meshhost/meshhost/internal/fullfs"
-	"github.com/meshhost/meshhost/internal/syncbuf"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/fullfs"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 )
@@ -63,8 +64,8 @@ func TestAgentFullStateDir(t *testing.T) {
 		return code == http.StatusOK && strings.Contains(logs.String(), `msg="declaration applied"`) && lookup(dnsAddr, "n1.internal.") == "10.2.0.1"
 	})
 	files := fullfs.Snapshot(t, state)
-	for _, f := range []string{agent.DeclarationFile, rosterStateFile} {
-		if _, ok := files[filepath.Join(state, f)]; !ok {
+	for _, f := range []string{statedir.New(state).Declaration(), statedir.New(state).Roster()} {
+		if _, ok := files[f]; !ok {
 			t.Fatalf("no %s in the state directory: %v", f, slices.Collect(maps.Keys(files)))
 		}
 	}
@@ -82,7 +83,7 @@ func TestAgentFullStateDir(t *testing.T) {
 	}
 
 	// A new declaration: every pass fails, clearly, and touches nothing.
-	declPath := filepath.Join(state, agent.DeclarationFile)
+	declPath := statedir.New(state).Declaration()
 	if err := push(fsDecl(2, 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestAgentFullStateDir(t *testing.T) {
 	}
 	eventually(t, "generation 2 is applied once space is back", 20*time.Second, func() bool {
 		code, _ := healthzOf(httpAddr)
-		d, _ := agent.LoadDeclaration(state)
+		d, _ := agent.LoadDeclaration(statedir.New(state))
 		return code == http.StatusOK && d != nil && d.Generation == 2 && lookup(dnsAddr, "n2.internal.") == "10.2.0.2"
 	})
 	select {
@@ -161,7 +162,22 @@ func TestAgentFullStateDir(t *testing.T) {
 // parse as generation gen, and have no temporary file next to them.
 func fsCheckState(t *testing.T, state string, files map[string]string, gen uint64) {
 	t.Helper()
-	now := fullfs.Snapshot(t, state)
+	// The agent retries its pass every interval, and each try writes a
+	// temporary file that the failed write removes at once: a snapshot can
+	// catch one in that instant. Only one that stays is left behind.
+	var now map[string]string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		now = fullfs.Snapshot(t, state)
+		transient := false
+		for p := range now {
+			if ok, _ := filepath.Match(".*.tmp-*", filepath.Base(p)); ok {
+				transient = true
+			}
+		}
+		if !transient || time.Now().After(deadline) {
+			break
+		}
+	}
 	for p, data := range files {
 		if now[p] != data {
 			t.Errorf("%s changed on a full disk", p)
@@ -172,7 +188,7 @@ func fsCheckState(t *testing.T, state string, files map[string]string, gen uint6
 			t.Errorf("%s appeared on a full disk", p)
 		}
 	}
-	if d, err := agent.LoadDeclaration(state); err != nil || d == nil || d.Generation != gen {
+	if d, err := agent.LoadDeclaration(statedir.New(state)); err != nil || d == nil || d.Generation != gen {
 		t.Errorf("the saved declaration: %v, %v; want generation %d", d, err, gen)
 	}
 	if tmps := fullfs.TempFiles(t, state); len(tmps) != 0 {
@@ -186,7 +202,7 @@ func fsCheckState(t *testing.T, state string, files map[string]string, gen uint6
 // again.
 func TestReconcileStateOnFullDisk(t *testing.T) {
 	dir := fullfs.Mount(t, 256<<10)
-	path := filepath.Join(dir, reconcileStateFile)
+	path := statedir.New(dir).Reconciler()
 	rec, err := reconcile.New(reconcile.Config{Runtime: memory.New(memory.Options{}), Owner: "full"})
 	if err != nil {
 		t.Fatal(err)

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strconv"
 
 	"github.com/meshhost/meshhost/internal/agent"
-	"github.com/meshhost/meshhost/internal/journal"
+	"github.com/meshhost/meshhost/internal/agent/journal"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
 )
 
 func init() {
@@ -18,12 +18,12 @@ func init() {
 }
 
 func openJournal(state string) (*journal.Journal, error) {
-	return journal.Open(filepath.Join(state, journalDir), journal.Options{})
+	return journal.Open(statedir.New(state).Journal(), journal.Options{})
 }
 
 func runHistory(ctx context.Context, env *environment, args []string) (int, error) {
 	fs := newFlagSet(env, "history")
-	state := fs.String("state", "/var/lib/meshhost", "the agent's state directory")
+	state := fs.String("state", statedir.Default, "the agent's state directory")
 	output := fs.String("output", "text", "output format: text or json")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
@@ -53,7 +53,7 @@ func runHistory(ctx context.Context, env *environment, args []string) (int, erro
 
 func runRoster(ctx context.Context, env *environment, args []string) (int, error) {
 	fs := newFlagSet(env, "roster")
-	state := fs.String("state", "/var/lib/meshhost", "the agent's state directory")
+	state := fs.String("state", statedir.Default, "the agent's state directory")
 	output := fs.String("output", "text", "output format: text or json")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: meshhost roster diff A B    names added, removed or moved from roster generation A to B")
@@ -98,7 +98,7 @@ func runRoster(ctx context.Context, env *environment, args []string) (int, error
 		if err != nil || gen == 0 {
 			return 2, fmt.Errorf("roster accept takes a roster generation, not %q", pos[1])
 		}
-		if err := agent.AcceptRoster(*state, gen); err != nil {
+		if err := agent.AcceptRoster(statedir.New(*state), gen); err != nil {
 			return 1, err
 		}
 		fmt.Fprintf(env.stdout, "roster generation %d may shrink; the agent applies it on its next pass\n", gen)

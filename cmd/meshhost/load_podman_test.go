@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 )
 
 // TestLoadPodmanMigration is issue 7's real-podman figure: 50 containers on

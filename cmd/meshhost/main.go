@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"slices"
 	"syscall"
+
+	"github.com/meshhost/meshhost/reconcile"
 )
 
 // command is one subcommand. Each lives in its own file and registers itself
@@ -29,6 +31,26 @@ type command struct {
 type environment struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// openRuntime connects to the container runtime at uri (a --podman
+	// flag, or its environment variables) for the commands that only read
+	// it (plan, explain). Nil: podman. Tests give the runtime of an agent
+	// they run in-process.
+	openRuntime func(ctx context.Context, uri string) (rt reconcile.Runtime, inPlaceUpdates bool, err error)
+}
+
+// runtime connects to the container runtime at uri (see openRuntime).
+func (env *environment) runtime(ctx context.Context, uri string) (reconcile.Runtime, bool, error) {
+	if env.openRuntime != nil {
+		return env.openRuntime(ctx, uri)
+	}
+	if uri == "" {
+		return nil, false, errors.New("no podman socket: pass --podman or set MESHHOST_PODMAN_SOCKET")
+	}
+	rt, inPlace, err := openPodman(ctx, uri, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	return rt, inPlace, nil
 }
 
 var commands = map[string]command{}

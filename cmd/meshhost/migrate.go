@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/podman"
@@ -19,23 +21,29 @@ func init() {
 	register(command{name: "migrate", summary: "show, pause or resume the switch from copied names to the resolver", run: runMigrate})
 }
 
-// defaultStateDir is where the agent keeps its state.
-const defaultStateDir = "/var/lib/meshhost"
-
 func runMigrate(ctx context.Context, env *environment, args []string) (int, error) {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(env.stderr, "Usage: meshhost migrate status|pause|resume [--state DIR] [--podman URI] [--output json]")
+		fmt.Fprintln(env.stderr, "Usage: meshhost migrate status|pause|resume [--state DIR] [--podman URI] [--machine NAME] [--output json]")
 		return 2, nil
 	}
 	sub := args[0]
 	fs := newFlagSet(env, "migrate "+sub)
-	stateDir := fs.String("state", defaultStateDir, "the agent's state `DIR`")
+	stateDir := fs.String("state", statedir.Default, "the agent's state `DIR`")
+	machine := fs.String("machine", "", "the machine whose containers to list (default: the one of the declaration the agent applied last, else the host name, as the agent's)")
 	socket := fs.String("podman", "", "podman API socket URI, to list the containers (default $MESHHOST_PODMAN_SOCKET or $CONTAINER_HOST)")
 	output := fs.String("output", "text", "output format: text or json")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2, err
 	}
-	gate, err := migrations.OpenGate(migrations.GateConfig{Dir: *stateDir})
+	dir := statedir.New(*stateDir)
+	owner := *machine
+	if owner == "" {
+		owner = defaultMachine()
+		if d, err := agent.LoadDeclaration(dir); err == nil && d != nil {
+			owner = d.Machine
+		}
+	}
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: owner})
 	if err != nil {
 		return 1, err
 	}
@@ -64,7 +72,7 @@ func runMigrate(ctx context.Context, env *environment, args []string) (int, erro
 		listErr = "no podman socket given (--podman): containers not listed"
 	}
 	st := gate.State()
-	containers := gate.Status(migrations.ObservedContainers(observed), observed, nil)
+	containers := gate.Status(gate.ObservedContainers(observed), observed, nil)
 	if *output == "json" {
 		return 0, json.NewEncoder(env.stdout).Encode(struct {
 			State      *migrations.State            `json:"state"`

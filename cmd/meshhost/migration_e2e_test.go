@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 	"github.com/meshhost/meshhost/migrations"
 )
 
@@ -201,7 +202,7 @@ func TestMigrationEndToEnd(t *testing.T) {
 	eventually(t, "every container runs in copy mode", 90*time.Second, settled(false))
 	var st *migrations.State
 	eventually(t, "every network has been probed", 30*time.Second, func() bool {
-		st, err = migrations.LoadState(state)
+		st, err = migrations.LoadState(statedir.New(state).Migrations())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +273,7 @@ func TestMigrationEndToEnd(t *testing.T) {
 			t.Errorf("%s (a dependency) started at %v, not before its dependant %s at %v", dep[0], d.started, dep[1], c.started)
 		}
 	}
-	if st, err = migrations.LoadState(state); err != nil {
+	if st, err = migrations.LoadState(statedir.New(state).Migrations()); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"podman", dnsNet, intNet} {

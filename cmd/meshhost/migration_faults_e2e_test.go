@@ -25,8 +25,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/podmantest"
-	"github.com/meshhost/meshhost/internal/syncbuf"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 )
@@ -338,7 +339,7 @@ func TestAgentSIGKILLMidMigration(t *testing.T) {
 	}
 	gateState := func() *migrations.State {
 		t.Helper()
-		st, err := migrations.LoadState(state)
+		st, err := migrations.LoadState(statedir.New(state).Migrations())
 		if err != nil {
 			t.Fatal(err)
 		}

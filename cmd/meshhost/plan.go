@@ -7,16 +7,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/meshhost/meshhost/digest"
 	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/agent/pass"
+	"github.com/meshhost/meshhost/internal/agent/rosterguard"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 func init() {
@@ -32,55 +36,79 @@ type planFlags struct {
 func addPlanFlags(fs *flag.FlagSet) planFlags {
 	return planFlags{
 		declaration: fs.String("declaration", "", "the declaration to plan for (default: the one the agent applied last, STATE/declaration.json)"),
-		state:       fs.String("state", "/var/lib/meshhost", "the agent's state directory (migration state, saved declaration)"),
+		state:       fs.String("state", statedir.Default, "the agent's state directory (served roster, migration state, saved declaration)"),
 		socket:      fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)"),
 		output:      fs.String("output", "text", "output format: text or json"),
 	}
 }
 
 // plan computes, without changing anything, what the agent's next pass
-// would do for the declaration: the same gate, render and Plan.
-func (f planFlags) plan(ctx context.Context, env *environment) (*reconcile.Plan, error) {
+// would do for the declaration (planPass).
+func (f planFlags) plan(ctx context.Context, env *environment) (*planned, error) {
+	dir := statedir.New(*f.state)
 	var decl *spec.Declaration
 	if *f.declaration != "" {
 		data, err := os.ReadFile(*f.declaration)
 		if err != nil {
 			return nil, err
 		}
-		if decl, err = spec.ParseDeclaration(data); err != nil {
+		if decl, err = specjson.ParseDeclaration(data); err != nil {
 			return nil, fmt.Errorf("%s: %w", *f.declaration, err)
 		}
 	} else {
-		d, err := agent.LoadDeclaration(*f.state)
+		d, err := agent.LoadDeclaration(dir)
 		if err != nil {
 			return nil, err
 		}
 		if d == nil {
-			return nil, fmt.Errorf("no declaration: pass --declaration FILE (the agent has applied none in %s)", *f.state)
+			return nil, fmt.Errorf("no declaration: pass --declaration FILE (the agent has applied none in %s)", dir.Path())
 		}
 		decl = d
 	}
-	uri := podmanSocket(env, *f.socket)
-	if uri == "" {
-		return nil, errors.New("no podman socket: pass --podman or set MESHHOST_PODMAN_SOCKET")
-	}
-	rt, inPlace, err := openPodman(ctx, uri, nil)
+	rt, inPlace, err := env.runtime(ctx, podmanSocket(env, *f.socket))
 	if err != nil {
 		return nil, err
 	}
-	// The gate decides modes from the agent's migration state; work on a
-	// copy so a dry run never writes it.
+	return planPass(ctx, dir, decl, rt, inPlace)
+}
+
+// planned is what planPass found: the pass, and the roster it renders with.
+type planned struct {
+	*pass.Computed
+	Roster pass.Roster
+}
+
+// planPass computes what the agent's next pass would do for decl on rt,
+// from the agent's state in dir, through package pass as the agent does:
+// the roster in force (the one the resolver serves, the roster guard and
+// the operator's accepted generation decide whether decl's replaces it),
+// the migration gate's state, and the reconciler's owner and adoptions.
+// The gate works on a copy of its state: a dry run never writes anything.
+// What it cannot foresee is what the pass itself would learn first (a probe
+// of a network changing its mode).
+func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, rt reconcile.Runtime, inPlace bool) (*planned, error) {
+	var served *spec.Roster
+	if data, err := os.ReadFile(dir.Roster()); err == nil {
+		if served, err = specjson.ParseRoster(data); err != nil {
+			return nil, fmt.Errorf("the resolver's saved roster %s: %w", dir.Roster(), err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	roster := pass.RosterInForce(served, decl.Roster, rosterguard.Policy{}, func() uint64 { return agent.AcceptedRoster(dir) })
+
 	scratch, err := os.MkdirTemp("", "meshhost-plan-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(scratch)
-	if data, err := os.ReadFile(filepath.Join(*f.state, migrations.StateFile)); err == nil {
-		if err := os.WriteFile(filepath.Join(scratch, migrations.StateFile), data, 0o600); err != nil {
+	gatePath := statedir.New(scratch).Migrations()
+	if data, err := os.ReadFile(dir.Migrations()); err == nil {
+		if err := os.WriteFile(gatePath, data, 0o600); err != nil {
 			return nil, err
 		}
 	}
-	gate, err := migrations.OpenGate(migrations.GateConfig{Dir: scratch})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: gatePath, Owner: decl.Machine})
 	if err != nil {
 		return nil, err
 	}
@@ -91,22 +119,16 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*reconcile.Plan,
 	if err != nil {
 		return nil, err
 	}
-	modes := gate.Modes(decl.Containers, observed)
-	desired := make([]spec.Rendered, 0, len(decl.Containers))
-	for _, c := range decl.Containers {
-		r, err := spec.Render(c, decl.Roster, modes[c.Name])
-		if err != nil {
-			return nil, fmt.Errorf("rendering %q: %w", c.Name, err)
-		}
-		desired = append(desired, r)
-	}
-	// The agent's own view: its owner label and the containers it adopted.
-	rstate, _ := loadReconcileState(filepath.Join(*f.state, reconcileStateFile), slog.New(slog.DiscardHandler))
+	rstate, _ := loadReconcileState(dir.Reconciler(), slog.New(slog.DiscardHandler))
 	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: decl.Machine, NoInPlaceUpdates: !inPlace, Adoptions: rstate.Adoptions, BudgetUsed: rstate.BudgetUsed})
 	if err != nil {
 		return nil, err
 	}
-	return rec.PlanObserved(ctx, desired, observed)
+	c, err := pass.Compute(ctx, pass.Input{Declaration: decl, Roster: roster.InForce, Gate: gate, Observed: observed, Planner: rec})
+	if err != nil {
+		return nil, err
+	}
+	return &planned{Computed: c, Roster: roster}, nil
 }
 
 // actionJSON is one action of `meshhost plan --output json`.
@@ -126,10 +148,11 @@ func runPlan(ctx context.Context, env *environment, args []string) (int, error) 
 	if *f.output != "text" && *f.output != "json" {
 		return 2, fmt.Errorf("--output %q: want text or json", *f.output)
 	}
-	p, err := f.plan(ctx, env)
+	pl, err := f.plan(ctx, env)
 	if err != nil {
 		return 1, err
 	}
+	p := pl.Plan
 	changes := p.Changes()
 	code := 0
 	if len(changes) > 0 {
@@ -139,14 +162,43 @@ func runPlan(ctx context.Context, env *environment, args []string) (int, error) 
 		out := struct {
 			Actions   []actionJSON `json:"actions"`
 			Unmanaged int          `json:"unmanaged_left_alone"`
-		}{Actions: []actionJSON{}, Unmanaged: p.Unmanaged}
+			Roster    rosterJSON   `json:"roster"`
+		}{Actions: []actionJSON{}, Unmanaged: p.Unmanaged, Roster: rosterOf(pl.Roster)}
 		for _, a := range changes {
 			out.Actions = append(out.Actions, actionJSON{string(a.Kind), a.Name, a.Reason, a.Changes})
 		}
 		return code, json.NewEncoder(env.stdout).Encode(out)
 	}
+	printRoster(env.stdout, pl.Roster)
 	printPlan(env.stdout, p)
 	return code, nil
+}
+
+// rosterJSON is the roster a planned pass renders with.
+type rosterJSON struct {
+	InForce uint64 `json:"in_force"`
+	Update  bool   `json:"update,omitempty"` // the declared roster goes in force first
+	Held    string `json:"held,omitempty"`   // why the declared roster is held
+	Older   bool   `json:"older,omitempty"`  // the declared roster is older than the one served
+}
+
+func rosterOf(r pass.Roster) rosterJSON {
+	out := rosterJSON{InForce: r.InForce.Generation, Update: r.Update, Older: r.Older}
+	if r.Held != nil {
+		out.Held = r.Held.Error()
+	}
+	return out
+}
+
+// printRoster says when the pass would not render with the declared
+// roster.
+func printRoster(w io.Writer, r pass.Roster) {
+	switch {
+	case r.Held != nil:
+		fmt.Fprintf(w, "roster held: %v\n(containers keep roster generation %d)\n", r.Held, r.InForce.Generation)
+	case r.Older:
+		fmt.Fprintf(w, "the declared roster is older than the one served: roster generation %d stays in force\n", r.InForce.Generation)
+	}
 }
 
 func printPlan(w io.Writer, p *reconcile.Plan) {
@@ -182,11 +234,11 @@ func runExplain(ctx context.Context, env *environment, args []string) (int, erro
 		return 2, errors.New("name one container")
 	}
 	name := pos[0]
-	p, err := f.plan(ctx, env)
+	pl, err := f.plan(ctx, env)
 	if err != nil {
 		return 1, err
 	}
-	for _, a := range p.Actions {
+	for _, a := range pl.Plan.Actions {
 		if a.Name != name {
 			continue
 		}

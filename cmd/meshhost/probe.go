@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/dnsstub"
-	"github.com/meshhost/meshhost/internal/podmannet"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/plumbing/dnsstub"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"
 	"github.com/meshhost/meshhost/resolver"
@@ -93,7 +93,7 @@ Exit 0 when every network passed, 3 when one failed.`)
 		return 1, err
 	}
 	runner, err := migrations.NewRunner(migrations.RunnerConfig{
-		Runtime: probeRuntime{Runtime: p}, Resolver: srv, Image: image, Zone: probeZone,
+		Runtime: p, Resolver: srv, Image: image, Zone: probeZone,
 		Outside: probeOutside, OutsideWant: probeOutsideAddr, NodeLocal: nl,
 	})
 	if err != nil {
@@ -102,12 +102,12 @@ Exit 0 when every network passed, 3 when one failed.`)
 	var prefer map[string]migrations.Strategy
 	var gate *migrations.Gate
 	if *stateDir != "" {
-		if gate, err = migrations.OpenGate(migrations.GateConfig{Dir: *stateDir}); err != nil {
+		if gate, err = migrations.OpenGate(migrations.GateConfig{Path: statedir.New(*stateDir).Migrations()}); err != nil {
 			return 1, err
 		}
 		prefer = gate.Strategies()
 	}
-	nets, err := probeRuntime{Runtime: p}.Networks(ctx)
+	nets, err := p.Networks(ctx)
 	if err != nil {
 		return 1, err
 	}
@@ -146,9 +146,6 @@ func printProbeTable(env *environment, results []migrations.Result) {
 	}
 	tw.Flush()
 }
-
-// probeRuntime gives migrations reconcile/podman's Runtime in its terms.
-type probeRuntime = podmannet.Runtime
 
 // startStubUpstream answers A for probeOutside with probeOutsideAddr, and
 // NXDOMAIN for anything else, on a loopback UDP port until ctx ends.

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/dnstest"
-	"github.com/meshhost/meshhost/internal/syncbuf"
+	"github.com/meshhost/meshhost/internal/testkit/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 )
 
 // TestResolverRestartUnderLoad kills `meshhost resolver` with SIGKILL while

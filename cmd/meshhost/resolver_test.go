@@ -12,8 +12,8 @@ import (
 
 	"codeberg.org/miekg/dns"
 
-	"github.com/meshhost/meshhost/internal/dnstest"
-	"github.com/meshhost/meshhost/internal/syncbuf"
+	"github.com/meshhost/meshhost/internal/testkit/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 )
 
 // lookup asks server for name's A records; "" when it does not resolve.

@@ -6,32 +6,56 @@
 // The order inside a pass is the design's: the roster reaches the resolver
 // first (no container touched), the gate proves the resolver reachable
 // before any container stops getting the copy, and only then does the
-// reconciler act, within its budget.
+// reconciler act, within its budget. What a pass does is computed by
+// package pass, which `meshhost plan` calls too; the agent then acts on it.
+//
+// The agent owns its state directory (package statedir names every file in
+// it) and its journal: it records each declaration it applies and each pass
+// that did something, with the declaration's generation.
 package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/meshhost/meshhost/internal/atomicfile"
-	"github.com/meshhost/meshhost/internal/declsource"
-	"github.com/meshhost/meshhost/internal/journal"
-	"github.com/meshhost/meshhost/internal/rosterguard"
+	"github.com/meshhost/meshhost/internal/agent/declsource"
+	"github.com/meshhost/meshhost/internal/agent/journal"
+	"github.com/meshhost/meshhost/internal/agent/pass"
+	"github.com/meshhost/meshhost/internal/agent/rosterguard"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
-	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
+
+// Resolver is what the agent needs of the mesh's resolver: to put a roster
+// in force (Update, generation-checked), to say which one is (Roster), and
+// whether it serves one at all (Serving). An in-process *resolver.Server
+// has it; so can a client of a resolver running as its own service. Where
+// the resolver listens and whom it answers goes through the Exposer, which
+// takes the resolver as a migrations.Resolver.
+type Resolver interface {
+	Update(r *spec.Roster) error
+	Roster() *spec.Roster
+	Serving() bool
+}
 
 // Networks reports the runtime's networks, in migrations' terms.
 type Networks interface {
@@ -51,12 +75,12 @@ type Exposer interface {
 	Retain(nets []migrations.Network)
 }
 
-// Config is what an Agent runs with. Runtime, Resolver, Gate, Source and
-// Reconciler are required.
+// Config is what an Agent runs with. Runtime, Resolver, Gate, Source,
+// Reconciler and State are required.
 type Config struct {
 	Runtime    reconcile.Runtime
 	Reconciler *reconcile.Reconciler
-	Resolver   *resolver.Server
+	Resolver   Resolver
 	Gate       *migrations.Gate
 	Source     *declsource.Source
 	// Networks and Prober may be nil (the in-memory runtime): the gate then
@@ -69,10 +93,14 @@ type Config struct {
 	// NewProber returns the prober for a roster zone; called once a roster
 	// with a zone is in force. Nil: never probe.
 	NewProber func(zone string) (Prober, error)
-	Journal   *journal.Journal
-	// StateDir keeps the last good declaration and the roster override.
-	StateDir string
-	// SavedGeneration is the generation of the declaration StateDir holds
+	// Journal, when set, records each declaration applied and each pass
+	// that did something.
+	Journal *journal.Journal
+	// State is the agent's state directory: the last declaration applied
+	// and the roster generation the operator accepted are read and written
+	// there.
+	State statedir.Dir
+	// SavedGeneration is the generation of the declaration State holds
 	// already (LoadDeclaration's, when the Source took it), so that a
 	// restart does not write the same declaration again: on a full disk
 	// that write would fail every pass.
@@ -88,34 +116,36 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// Files in StateDir.
-const (
-	DeclarationFile  = "declaration.json" // the last declaration applied
-	RosterAcceptFile = "roster-accept"    // a roster generation the operator let shrink
-)
-
 // Agent runs passes. Its methods are safe for concurrent use.
 type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
 
-	// mu guards the fields below, and serializes passes.
+	// status is what the last pass published, for Health and LastReport,
+	// which never wait for a pass in progress.
+	status atomic.Pointer[status]
+
+	// mu serializes passes, and guards the fields below: a pass holds it
+	// from start to end, so only functions named ...Locked touch them.
 	mu          sync.Mutex
 	prober      Prober
-	proberZone  string
-	proberErr   error  // why no prober could be made; logged when it changes
-	applied     uint64 // declaration generation last recorded in the journal
-	saved       uint64 // declaration generation last saved in StateDir
-	lastPass    time.Time
-	lastErr     error
+	proberErr   error        // why no prober could be made; logged when it changes
+	applied     uint64       // declaration generation last recorded in the journal
+	saved       uint64       // declaration generation last saved in State
 	heldRoster  error        // why the declared roster is held, or nil
 	inForce     *spec.Roster // the roster the resolver serves; nil until the first pass
 	olderLogged uint64       // an older declared roster generation already warned about
-	lastReport  *Report
 	// exposeErrs says, by network, why the resolver could not be exposed
 	// on it; logged when it changes.
 	exposeErrs map[string]string
+}
+
+// status is what a pass publishes when it ends.
+type status struct {
+	at     time.Time // when the last pass ended
+	err    error     // why it failed, or nil
+	report *Report   // the last pass that got as far as a report
 }
 
 // Report is what one pass did.
@@ -134,8 +164,8 @@ func New(cfg Config) (*Agent, error) {
 	switch {
 	case cfg.Runtime == nil, cfg.Reconciler == nil, cfg.Resolver == nil, cfg.Gate == nil, cfg.Source == nil:
 		return nil, errors.New("agent: Runtime, Reconciler, Resolver, Gate and Source are required")
-	case cfg.StateDir == "":
-		return nil, errors.New("agent: StateDir is required")
+	case cfg.State.Path() == "":
+		return nil, errors.New("agent: State is required")
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 30 * time.Second
@@ -147,21 +177,23 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m, saved: cfg.SavedGeneration}, nil
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m, saved: cfg.SavedGeneration}
+	a.status.Store(&status{})
+	return a, nil
 }
 
 // LoadDeclaration returns the declaration saved by the last run, or nil.
-func LoadDeclaration(stateDir string) (*spec.Declaration, error) {
-	data, err := os.ReadFile(filepath.Join(stateDir, DeclarationFile))
+func LoadDeclaration(dir statedir.Dir) (*spec.Declaration, error) {
+	data, err := os.ReadFile(dir.Declaration())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the saved declaration: %w", err)
 	}
-	d, err := spec.ParseDeclaration(data)
+	d, err := specjson.ParseDeclaration(data)
 	if err != nil {
-		return nil, fmt.Errorf("the saved declaration %s: %w", filepath.Join(stateDir, DeclarationFile), err)
+		return nil, fmt.Errorf("the saved declaration %s: %w", dir.Declaration(), err)
 	}
 	return d, nil
 }
@@ -185,20 +217,34 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // Pass runs one pass now.
+//
+// A panic inside the pass (a bug) is recovered: logged with its stack,
+// counted (meshhost_agent_pass_panics_total), and returned as the pass's
+// error. What was in force stays (the resolver swaps a roster whole or not
+// at all; the reconciler's actions stop where they were, each crash-safe),
+// the agent keeps serving, and the next pass tries again, instead of a
+// process that dies at every start on a declaration it saved.
 func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	start := time.Now()
 	defer func() {
-		a.lastPass, a.lastErr = time.Now(), err
+		if v := recover(); v != nil {
+			err = a.recovered("the pass", v)
+		}
 		a.metrics.pass(err, time.Since(start))
+		st := &status{at: time.Now(), err: err, report: a.status.Load().report}
 		if rep != nil {
 			rep.Duration = time.Since(start)
-			a.lastReport = rep
+			st.report = rep
 			if a.cfg.AfterPass != nil {
-				a.cfg.AfterPass(rep)
+				// The pass's own result stands; health says what failed after it.
+				if perr := a.afterPass(rep); perr != nil {
+					st.err = errors.Join(st.err, perr)
+				}
 			}
 		}
+		a.status.Store(st)
 	}()
 	decl, origin := a.cfg.Source.Current()
 	if decl == nil {
@@ -217,7 +263,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	}
 
 	// 1. The roster reaches the resolver first; no container is touched.
-	roster, unsaved, err := a.rosterInForce(decl.Roster)
+	roster, unsaved, err := a.rosterInForceLocked(decl.Roster)
 	if err != nil {
 		return rep, err
 	}
@@ -230,82 +276,107 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	if err := a.cfg.Gate.SetFlag(decl.MeshNames); err != nil {
 		return rep, fmt.Errorf("setting the migration flag: %w", err)
 	}
-	if err := a.gate(ctx, roster, rep); err != nil {
+	if err := a.gateLocked(ctx, roster, rep); err != nil {
 		return rep, err
 	}
 	observed, err := a.cfg.Runtime.List(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("listing containers: %w", err)
 	}
-	modes := a.cfg.Gate.Modes(decl.Containers, observed)
 
-	// 3. Render and reconcile.
-	desired := make([]spec.Rendered, 0, len(decl.Containers))
-	for _, c := range decl.Containers {
-		m := modes[c.Name]
-		r, err := spec.Render(c, roster, m)
-		if err != nil {
-			return rep, fmt.Errorf("rendering %q: %w", c.Name, err)
-		}
-		rep.Modes[c.Name] = string(m.Names)
-		desired = append(desired, r)
-	}
-	plan, err := a.cfg.Reconciler.PlanObserved(ctx, desired, observed)
+	// 3. What the pass does (package pass, as `meshhost plan` computes
+	// it), then doing it.
+	c, err := pass.Compute(ctx, pass.Input{
+		Declaration: decl, Roster: roster, Gate: a.cfg.Gate, Observed: observed, Planner: a.cfg.Reconciler,
+	})
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
 	}
-	res, err := a.cfg.Reconciler.Apply(ctx, plan)
+	for name, m := range c.Modes {
+		rep.Modes[name] = string(m.Names)
+	}
+	res, err := a.cfg.Reconciler.Apply(ctx, c.Plan)
 	rep.Result = res
+	a.recordPass(decl.Generation, res)
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
 	}
 
 	// 4. Remember what was applied.
-	if decl.Generation != a.applied {
-		if a.cfg.Journal != nil {
-			if _, err := a.cfg.Journal.RecordDeclaration(decl, time.Now()); err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
-				a.log.Warn("recording the declaration in the journal", "err", err)
-			}
-		}
-		a.applied = decl.Generation
-		a.log.Info("declaration applied", "generation", decl.Generation, "origin", origin)
-	}
+	a.recordDeclarationLocked(decl, origin)
 	a.metrics.declaration.Set(float64(decl.Generation))
 	return rep, errors.Join(unsaved, res.Err())
 }
 
-// rosterInForce updates the resolver with the declared roster unless the
-// guard holds it, and returns the roster containers are rendered with: the
-// one the resolver serves. unsaved is set when that roster is served but
-// the resolver could not save it: the pass goes on, and fails at its end.
-func (a *Agent) rosterInForce(declared *spec.Roster) (_ *spec.Roster, unsaved, err error) {
+// recovered logs and counts a panic the agent recovered from in what, and
+// returns it as an error.
+func (a *Agent) recovered(what string, v any) error {
+	a.metrics.panics.Inc()
+	a.log.Error(what+" panicked; what was in force stays, and the next pass tries again", "panic", v, "stack", string(debug.Stack()))
+	return fmt.Errorf("%s panicked: %v", what, v)
+}
+
+// afterPass runs Config.AfterPass, and returns a panic in it as an error.
+func (a *Agent) afterPass(rep *Report) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = a.recovered("saving the pass's state", v)
+		}
+	}()
+	a.cfg.AfterPass(rep)
+	return nil
+}
+
+// recordDeclarationLocked journals decl the first time a pass applied it.
+func (a *Agent) recordDeclarationLocked(decl *spec.Declaration, origin string) {
+	syncs.AssertLocked(&a.mu)
+	if decl.Generation == a.applied {
+		return
+	}
+	if a.cfg.Journal != nil {
+		if _, err := a.cfg.Journal.RecordDeclaration(decl, time.Now()); err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
+			a.log.Warn("recording the declaration in the journal", "err", err)
+		}
+	}
+	a.applied = decl.Generation
+	a.log.Info("declaration applied", "generation", decl.Generation, "origin", origin)
+}
+
+// rosterInForceLocked updates the resolver with the declared roster unless
+// the guard holds it (pass.RosterInForce decides), and returns the roster
+// containers are rendered with: the one the resolver serves. unsaved is set
+// when that roster is served but the resolver could not save it: the pass
+// goes on, and fails at its end.
+func (a *Agent) rosterInForceLocked(declared *spec.Roster) (_ *spec.Roster, unsaved, err error) {
+	syncs.AssertLocked(&a.mu)
 	if a.inForce == nil {
 		// Once, after a start: the saved roster the resolver loaded. Kept
 		// from then on, since rebuilding it from the resolver's table costs
 		// a pass as much as the rest for a large roster.
 		a.inForce = a.cfg.Resolver.Roster()
 	}
-	current := a.inForce
 	held := a.heldRoster
 	a.heldRoster = nil
 	a.metrics.rosterHeld.Set(0)
-	if current != nil && declared.Generation <= current.Generation {
-		if declared.Generation < current.Generation && a.olderLogged != declared.Generation {
+	c := pass.RosterInForce(a.inForce, declared, a.cfg.Guard, a.accepted)
+	switch {
+	case c.Older:
+		if a.olderLogged != declared.Generation {
 			// Generations never go backwards: keep serving the newer one.
-			a.log.Warn("declared roster is older than the one served; keeping the newer", "declared", declared.Generation, "served", current.Generation)
+			a.log.Warn("declared roster is older than the one served; keeping the newer", "declared", declared.Generation, "served", c.InForce.Generation)
 			a.olderLogged = declared.Generation
 		}
-		return current, nil, nil
-	}
-	if err := rosterguard.Check(current, declared, a.cfg.Guard); err != nil {
-		if a.accepted() != declared.Generation {
-			a.heldRoster = err
-			a.metrics.rosterHeld.Set(1)
-			if held == nil || held.Error() != err.Error() { // loud once; the metric stays
-				a.log.Error("roster held", "err", err)
-			}
-			return current, nil, nil
+		return c.InForce, nil, nil
+	case c.Held != nil:
+		a.heldRoster = c.Held
+		a.metrics.rosterHeld.Set(1)
+		if held == nil || held.Error() != c.Held.Error() { // loud once; the metric stays
+			a.log.Error("roster held", "err", c.Held)
 		}
+		return c.InForce, nil, nil
+	case !c.Update:
+		return c.InForce, nil, nil
+	case c.Accepted:
 		a.log.Warn("roster shrink accepted by the operator", "generation", declared.Generation)
 	}
 	if err := a.cfg.Resolver.Update(declared); err != nil {
@@ -328,8 +399,12 @@ func (a *Agent) rosterInForce(declared *spec.Roster) (_ *spec.Roster, unsaved, e
 	return declared, nil, nil
 }
 
-func (a *Agent) accepted() uint64 {
-	data, err := os.ReadFile(filepath.Join(a.cfg.StateDir, RosterAcceptFile))
+func (a *Agent) accepted() uint64 { return AcceptedRoster(a.cfg.State) }
+
+// AcceptedRoster returns the roster generation the operator let shrink past
+// the guard (AcceptRoster), 0 when none.
+func AcceptedRoster(dir statedir.Dir) uint64 {
+	data, err := os.ReadFile(dir.RosterAccept())
 	if err != nil {
 		return 0
 	}
@@ -338,11 +413,12 @@ func (a *Agent) accepted() uint64 {
 }
 
 // AcceptRoster lets roster generation gen shrink past the guard.
-func AcceptRoster(stateDir string, gen uint64) error {
-	return writeAtomic(filepath.Join(stateDir, RosterAcceptFile), []byte(strconv.FormatUint(gen, 10)+"\n"))
+func AcceptRoster(dir statedir.Dir, gen uint64) error {
+	return writeAtomic(dir.RosterAccept(), []byte(strconv.FormatUint(gen, 10)+"\n"))
 }
 
-func (a *Agent) gate(ctx context.Context, roster *spec.Roster, rep *Report) error {
+func (a *Agent) gateLocked(ctx context.Context, roster *spec.Roster, rep *Report) error {
+	syncs.AssertLocked(&a.mu)
 	if a.cfg.Networks == nil {
 		return nil
 	}
@@ -359,8 +435,8 @@ func (a *Agent) gate(ctx context.Context, roster *spec.Roster, rep *Report) erro
 	// probed (issue 7: an agent restarted with a bad probe configuration, or
 	// whose probe image failed to import, left them pointing at addresses
 	// where nothing listened).
-	a.expose(nets, prefer)
-	if err := a.ensureProber(roster); err != nil {
+	a.exposeLocked(nets, prefer)
+	if err := a.ensureProberLocked(roster); err != nil {
 		if a.proberErr == nil || a.proberErr.Error() != err.Error() {
 			a.log.Warn("cannot probe the networks; every container keeps its copied names until a probe passes", "err", err)
 		}
@@ -399,7 +475,7 @@ func (a *Agent) gate(ctx context.Context, roster *spec.Roster, rep *Report) erro
 	return nil
 }
 
-// expose makes the resolver's exposure follow the runtime's networks nets,
+// exposeLocked makes the resolver's exposure follow the runtime's networks nets,
 // as listed this pass: networks gone give back their listeners, allowed
 // subnets and forwards (Exposer.Retain), and every network with a proven
 // strategy (prefer; those whose containers are in resolve mode among them)
@@ -408,7 +484,8 @@ func (a *Agent) gate(ctx context.Context, roster *spec.Roster, rep *Report) erro
 // recreated under its name, or a node-local address assigned late,
 // without a restart. A failure is logged when it changes; the pass goes
 // on (the network's next probe fails, and the gate acts on that).
-func (a *Agent) expose(nets []migrations.Network, prefer map[string]migrations.Strategy) {
+func (a *Agent) exposeLocked(nets []migrations.Network, prefer map[string]migrations.Strategy) {
+	syncs.AssertLocked(&a.mu)
 	if a.cfg.Exposer == nil {
 		return
 	}
@@ -429,7 +506,8 @@ func (a *Agent) expose(nets []migrations.Network, prefer map[string]migrations.S
 	a.exposeErrs = failed
 }
 
-func (a *Agent) ensureProber(roster *spec.Roster) error {
+func (a *Agent) ensureProberLocked(roster *spec.Roster) error {
+	syncs.AssertLocked(&a.mu)
 	if a.cfg.NewProber == nil || a.prober != nil {
 		return nil
 	}
@@ -440,7 +518,7 @@ func (a *Agent) ensureProber(roster *spec.Roster) error {
 	if err != nil {
 		return err
 	}
-	a.prober, a.proberZone = p, roster.Zones[0]
+	a.prober = p
 	return nil
 }
 
@@ -454,34 +532,50 @@ func (a *Agent) saveDeclaration(d *spec.Declaration) error {
 			return err
 		}
 	}
-	if err := writeAtomic(filepath.Join(a.cfg.StateDir, DeclarationFile), data); err != nil {
+	if err := writeAtomic(a.cfg.State.Declaration(), data); err != nil {
 		return fmt.Errorf("saving the applied declaration: %w", err)
 	}
 	return nil
 }
 
 // Health reports why the agent is not healthy, or nil: the resolver must be
-// serving a roster, and the last pass must have succeeded recently.
+// serving a roster, and the last pass must have succeeded recently. It
+// never waits for a pass in progress: it reads what the last one
+// published.
 func (a *Agent) Health() error {
 	if !a.cfg.Resolver.Serving() {
 		return errors.New("the resolver has no roster yet")
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.lastErr != nil {
-		return fmt.Errorf("last pass failed: %w", a.lastErr)
+	st := a.status.Load()
+	if st.err != nil {
+		return fmt.Errorf("last pass failed: %w", st.err)
 	}
-	if !a.lastPass.IsZero() && time.Since(a.lastPass) > 3*a.cfg.Interval+time.Minute {
-		return fmt.Errorf("no pass since %s", a.lastPass.Format(time.RFC3339))
+	if !st.at.IsZero() && time.Since(st.at) > 3*a.cfg.Interval+time.Minute {
+		return fmt.Errorf("no pass since %s", st.at.Format(time.RFC3339))
 	}
 	return nil
 }
 
-// LastReport returns what the last pass did.
-func (a *Agent) LastReport() *Report {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.lastReport
+// LastReport returns what the last pass did. It never waits for a pass in
+// progress.
+func (a *Agent) LastReport() *Report { return a.status.Load().report }
+
+// Handler serves /healthz (200 "ok", or 503 saying why not: Health) and
+// /v1/report (LastReport as JSON). Neither waits for a pass in progress.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := a.Health(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/v1/report", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(a.LastReport())
+	})
+	return mux
 }
 
 // writeAtomic writes a state file whole or not at all.

@@ -13,7 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/meshhost/meshhost/internal/declsource"
+	"github.com/meshhost/meshhost/internal/agent/declsource"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -43,12 +44,12 @@ type fixture struct {
 func newFixture(t testing.TB, passed bool, mods ...func(*Config)) *fixture {
 	t.Helper()
 	state := t.TempDir()
-	srv, err := resolver.New(resolver.Config{StatePath: filepath.Join(state, "roster.json"), Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
+	srv, err := resolver.New(resolver.Config{StatePath: statedir.New(state).Roster(), Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	gate, err := migrations.OpenGate(migrations.GateConfig{Dir: state})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: statedir.New(state).Migrations()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +70,8 @@ func newFixture(t testing.TB, passed bool, mods ...func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	source := declsource.New(nil, "ace", nil)
-	cfg := Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, Networks: oneBridge{}, StateDir: state}
+	source := declsource.New(declsource.Config{Machine: "ace"})
+	cfg := Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, Networks: oneBridge{}, State: statedir.New(state)}
 	for _, mod := range mods {
 		mod(&cfg)
 	}
@@ -163,7 +164,7 @@ func TestRosterShrinkIsHeld(t *testing.T) {
 	if got := f.srv.Roster().Generation; got != 1 {
 		t.Fatalf("resolver serves roster %d, want 1 (the held one must not be applied)", got)
 	}
-	if err := AcceptRoster(f.state, 2); err != nil {
+	if err := AcceptRoster(statedir.New(f.state), 2); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := f.agent.Pass(context.Background())
@@ -178,11 +179,11 @@ func TestRosterShrinkIsHeld(t *testing.T) {
 func TestRestartServesSavedRosterAndDeclaration(t *testing.T) {
 	f := newFixture(t, true)
 	f.push(t, declaration(1, spec.FlagOn, 2, 10))
-	d, err := LoadDeclaration(f.state)
+	d, err := LoadDeclaration(statedir.New(f.state))
 	if err != nil || d == nil || d.Generation != 1 {
 		t.Fatalf("LoadDeclaration = %v, %v; want generation 1", d, err)
 	}
-	srv, err := resolver.New(resolver.Config{StatePath: filepath.Join(f.state, "roster.json")})
+	srv, err := resolver.New(resolver.Config{StatePath: statedir.New(f.state).Roster()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,12 +196,12 @@ func TestRestartServesSavedRosterAndDeclaration(t *testing.T) {
 func TestUnwritableStateDirIsAClearErrorAndKeepsState(t *testing.T) {
 	f := newFixture(t, true)
 	f.push(t, declaration(1, spec.FlagOn, 2, 10))
-	saved, _ := os.ReadFile(filepath.Join(f.state, DeclarationFile))
+	saved, _ := os.ReadFile(statedir.New(f.state).Declaration())
 	// Block the atomic write (root writes through file modes, so make the
 	// target a directory: the rename onto it fails).
-	blocked := filepath.Join(f.state, DeclarationFile+".blocked")
-	os.Rename(filepath.Join(f.state, DeclarationFile), blocked)
-	if err := os.Mkdir(filepath.Join(f.state, DeclarationFile), 0o700); err != nil {
+	blocked := statedir.New(f.state).Declaration() + ".blocked"
+	os.Rename(statedir.New(f.state).Declaration(), blocked)
+	if err := os.Mkdir(statedir.New(f.state).Declaration(), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.source.Offer(declaration(2, spec.FlagOn, 2, 11), "test"); err != nil {

@@ -15,11 +15,12 @@ import (
 
 	"codeberg.org/miekg/dns"
 
-	"github.com/meshhost/meshhost/internal/declsource"
-	"github.com/meshhost/meshhost/internal/dnstest"
-	"github.com/meshhost/meshhost/internal/fullfs"
-	"github.com/meshhost/meshhost/internal/journal"
-	"github.com/meshhost/meshhost/internal/syncbuf"
+	"github.com/meshhost/meshhost/internal/agent/declsource"
+	"github.com/meshhost/meshhost/internal/agent/journal"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/fullfs"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -53,7 +54,7 @@ func newFullFixture(t *testing.T, dirs stateDirs) *fullFixture {
 	logs := &syncbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	srv, err := resolver.New(resolver.Config{
-		StatePath: filepath.Join(dirs.roster, "roster.json"), Logger: logger,
+		StatePath: statedir.New(dirs.roster).Roster(), Logger: logger,
 		Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
 	})
 	if err != nil {
@@ -63,7 +64,7 @@ func newFullFixture(t *testing.T, dirs stateDirs) *fullFixture {
 	if err := srv.Listen(netip.MustParseAddrPort("127.0.0.1:0")); err != nil {
 		t.Fatal(err)
 	}
-	gate, err := migrations.OpenGate(migrations.GateConfig{Dir: dirs.gate, Logger: logger})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: statedir.New(dirs.gate).Migrations(), Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,13 +84,13 @@ func newFullFixture(t *testing.T, dirs stateDirs) *fullFixture {
 	}
 	rt := memory.New(memory.Options{})
 	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 1 << 30, Window: time.Minute},
-		Concurrency: 8, Journal: jnl, Logger: logger})
+		Concurrency: 8, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	source := declsource.New(nil, "ace", nil)
+	source := declsource.New(declsource.Config{Machine: "ace"})
 	a, err := New(Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, Networks: oneBridge{},
-		StateDir: dirs.state, Journal: jnl, Logger: logger})
+		State: statedir.New(dirs.state), Journal: jnl, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,11 +138,11 @@ func checkENOSPC(t *testing.T, what string, err error, path string, want ...stri
 // gen left, and that no temporary file is left under dirs.
 func checkIntact(t *testing.T, d stateDirs, gen uint64) {
 	t.Helper()
-	decl, err := LoadDeclaration(d.state)
+	decl, err := LoadDeclaration(statedir.New(d.state))
 	if err != nil || decl == nil || decl.Generation != gen {
 		t.Errorf("saved declaration: %v, %v; want generation %d", decl, err, gen)
 	}
-	srv, err := resolver.New(resolver.Config{StatePath: filepath.Join(d.roster, "roster.json")})
+	srv, err := resolver.New(resolver.Config{StatePath: statedir.New(d.roster).Roster()})
 	if err != nil {
 		t.Errorf("a resolver restarted on the saved roster: %v", err)
 	} else {
@@ -150,7 +151,7 @@ func checkIntact(t *testing.T, d stateDirs, gen uint64) {
 		}
 		srv.Close()
 	}
-	if _, err := migrations.LoadState(d.gate); err != nil {
+	if _, err := migrations.LoadState(statedir.New(d.gate).Migrations()); err != nil {
 		t.Errorf("migration state: %v", err)
 	}
 	j, err := journal.Open(d.journal, journal.Options{})
@@ -205,8 +206,8 @@ func TestFullStateDir(t *testing.T) {
 		} else {
 			_, err = f.agent.Pass(context.Background())
 		}
-		checkENOSPC(t, "a pass with a new declaration", err, filepath.Join(dir, DeclarationFile), "saving the applied declaration")
-		checkENOSPC(t, "Health", f.agent.Health(), filepath.Join(dir, DeclarationFile))
+		checkENOSPC(t, "a pass with a new declaration", err, statedir.New(dir).Declaration(), "saving the applied declaration")
+		checkENOSPC(t, "Health", f.agent.Health(), statedir.New(dir).Declaration())
 	}
 	if after := ids(f.rt); !maps.Equal(after, before) {
 		t.Errorf("the machine changed on a full disk: %v -> %v", before, after)
@@ -269,7 +270,7 @@ func TestFullDiskPerStateWriter(t *testing.T) {
 		saved := fullfs.Snapshot(t, d.roster)
 		fullfs.Fill(t, d.roster, 0)
 		err := f.offer(t, declaration(2, spec.FlagOn, 2, 21))
-		checkENOSPC(t, "a pass with a new roster", err, filepath.Join(d.roster, "roster.json"), "served but not saved")
+		checkENOSPC(t, "a pass with a new roster", err, statedir.New(d.roster).Roster(), "served but not saved")
 		if got := f.lookupA("svc20.node20.internal."); got != "10.64.0.20" {
 			t.Errorf("the roster served but not saved: svc20.node20.internal resolves to %q, want 10.64.0.20", got)
 		}
@@ -307,14 +308,14 @@ func TestFullDiskPerStateWriter(t *testing.T) {
 		before, saved := ids(f.rt), fullfs.Snapshot(t, d.gate)
 		fullfs.Fill(t, d.gate, 0)
 		err := f.offer(t, declaration(2, spec.FlagOff, 3, 20)) // the rollback: every container back to copy
-		checkENOSPC(t, "a pass turning the flag off", err, filepath.Join(d.gate, migrations.StateFile), "setting the migration flag")
+		checkENOSPC(t, "a pass turning the flag off", err, statedir.New(d.gate).Migrations(), "setting the migration flag")
 		if after := ids(f.rt); !maps.Equal(after, before) {
 			t.Errorf("the machine changed while the flag could not be saved: %v -> %v", before, after)
 		}
 		if now := fullfs.Snapshot(t, d.gate); !maps.Equal(now, saved) {
 			t.Error("the migration state changed on a full disk")
 		}
-		if st, err := migrations.LoadState(d.gate); err != nil || st.Flag != spec.FlagOn {
+		if st, err := migrations.LoadState(statedir.New(d.gate).Migrations()); err != nil || st.Flag != spec.FlagOn {
 			t.Errorf("migration state after the failure: %v, %v; want flag on", st, err)
 		}
 		if tmps := fullfs.TempFiles(t, d.gate); len(tmps) != 0 {
@@ -378,7 +379,7 @@ func TestFullDiskPerStateWriter(t *testing.T) {
 		if tmps := fullfs.TempFiles(t, d.journal); len(tmps) != 0 {
 			t.Errorf("temporary files left behind: %v", tmps)
 		}
-		if decl, err := LoadDeclaration(d.state); err != nil || decl.Generation != 2 {
+		if decl, err := LoadDeclaration(statedir.New(d.state)); err != nil || decl.Generation != 2 {
 			t.Errorf("saved declaration: %v, %v; want generation 2", decl, err)
 		}
 	})

@@ -11,6 +11,7 @@ type metrics struct {
 	duration    prometheus.Histogram
 	declaration prometheus.Gauge
 	rosterHeld  prometheus.Gauge
+	panics      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -28,9 +29,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		rosterHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshhost_agent_roster_held", Help: "1 while a declared roster is held for dropping too many names at once.",
 		}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_agent_pass_panics_total", Help: "Agent passes that panicked (a bug); recovered, and counted among the failed passes too.",
+		}),
 	}
+	m.passes.WithLabelValues("ok") // both results at 0 from the start
+	m.passes.WithLabelValues("error")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld} {
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

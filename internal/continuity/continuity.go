@@ -16,7 +16,7 @@ import (
 
 	"codeberg.org/miekg/dns"
 
-	"github.com/meshhost/meshhost/internal/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/dnstest"
 )
 
 // Lookup asks once and returns nil when the answer is the right one.

@@ -1,8 +1,9 @@
 // Package demo replays the incident: the operator actions that, with the
 // roster copied into containers, replaced every container on every machine.
-// It runs them once in copy mode and once in resolve mode through the real
-// reconciler, and counts the replacements from the runtime itself
-// (containers whose ID changed), not from the plan.
+// It runs them once in copy mode and once in resolve mode through the
+// agent's own pipeline (package pass, then the reconciler's Apply), and
+// counts the replacements from the runtime itself (containers whose ID
+// changed), not from the plan.
 package demo
 
 import (
@@ -14,7 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/incident"
+	"github.com/meshhost/meshhost/internal/agent/pass"
+	"github.com/meshhost/meshhost/internal/demo/incident"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
 )
@@ -151,7 +153,7 @@ func replay(ctx context.Context, opts Options, mode spec.NameMode) ([]Row, error
 func converge(ctx context.Context, opts Options, mode spec.NameMode, clock *simClock, machines []*machine, decls map[string]*spec.Declaration, action string) (*Row, error) {
 	row := &Row{Action: action, Mode: mode, Replaced: map[string]int{}, Created: map[string]int{}, Removed: map[string]int{}}
 	before := map[string]map[string]string{}
-	desired := map[string][]spec.Rendered{}
+	declared := map[string]*spec.Declaration{}
 	for _, m := range machines {
 		ids, err := containerIDs(ctx, m.rt)
 		if err != nil {
@@ -162,11 +164,9 @@ func converge(ctx context.Context, opts Options, mode spec.NameMode, clock *simC
 		if d == nil {
 			return nil, fmt.Errorf("no declaration for machine %s", m.name)
 		}
-		desired[m.name], err = render(d, mode, opts.Adapt)
-		if err != nil {
-			return nil, err
-		}
+		declared[m.name] = adapt(d, opts.Adapt)
 	}
+	gate := fixedMode(modeOf(mode))
 	start, wallStart := clock.Now(), time.Now()
 	pending := slices.Clone(machines)
 	for pass := 1; len(pending) > 0; pass++ {
@@ -180,15 +180,13 @@ func converge(ctx context.Context, opts Options, mode spec.NameMode, clock *simC
 		var firstErr error
 		for _, m := range pending {
 			wg.Go(func() {
-				res, err := m.rec.Reconcile(ctx, desired[m.name])
+				res, err := m.pass(ctx, declared[m.name], gate)
 				mu.Lock()
 				defer mu.Unlock()
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("%s: %w", m.name, err)
-					return
-				}
-				if err := res.Err(); err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("%s: %w", m.name, err)
+				if err != nil { // res may be nil: never read it then
+					if firstErr == nil {
+						firstErr = fmt.Errorf("%s: %w", m.name, err)
+					}
 					return
 				}
 				replaced := res.Count(reconcile.Replace)
@@ -248,23 +246,55 @@ func converge(ctx context.Context, opts Options, mode spec.NameMode, clock *simC
 	return row, nil
 }
 
-func render(d *spec.Declaration, mode spec.NameMode, adapt func(spec.Container) spec.Container) ([]spec.Rendered, error) {
+// pass runs one pass of the machine the way the agent does (package pass,
+// then Apply), with the declared roster in force (the demo has no resolver
+// to hold one back) and every container in the gate's one mode. It returns
+// an error when the pass could not be computed (and no Result), or when an
+// action failed.
+func (m *machine) pass(ctx context.Context, d *spec.Declaration, gate pass.Gate) (*reconcile.Result, error) {
+	observed, err := m.rt.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing containers: %w", err)
+	}
+	c, err := pass.Compute(ctx, pass.Input{Declaration: d, Roster: d.Roster, Gate: gate, Observed: observed, Planner: m.rec})
+	if err != nil {
+		return nil, err
+	}
+	return m.rec.Apply(ctx, c.Plan)
+}
+
+// modeOf is the one mode every container gets in a demo of name mode mode.
+func modeOf(mode spec.NameMode) spec.Mode {
 	m := spec.Mode{Names: mode}
 	if mode == spec.Resolve {
 		m.DNS = spec.DNSConfig{Servers: []netip.Addr{ResolverAddr}, Search: []string{incident.Zone}, Options: []string{"ndots:1"}}
 	}
-	var out []spec.Rendered
-	for _, c := range d.Containers {
-		if adapt != nil {
-			c = adapt(c)
-		}
-		r, err := spec.Render(c, d.Roster, m)
-		if err != nil {
-			return nil, fmt.Errorf("rendering %s: %w", c.Name, err)
-		}
-		out = append(out, r)
+	return m
+}
+
+// fixedMode is the demo's migration gate: one mode for every container.
+type fixedMode spec.Mode
+
+func (m fixedMode) Modes(cs []spec.Container, _ []reconcile.Observed) map[string]spec.Mode {
+	out := make(map[string]spec.Mode, len(cs))
+	for _, c := range cs {
+		out[c.Name] = spec.Mode(m)
 	}
-	return out, nil
+	return out
+}
+
+// adapt returns d with fn applied to each container (Options.Adapt), or d
+// itself when fn is nil.
+func adapt(d *spec.Declaration, fn func(spec.Container) spec.Container) *spec.Declaration {
+	if fn == nil {
+		return d
+	}
+	out := *d
+	out.Containers = make([]spec.Container, len(d.Containers))
+	for i, c := range d.Containers {
+		out.Containers[i] = fn(c)
+	}
+	return &out
 }
 
 // containerIDs maps the name of every managed container to its ID.
@@ -275,7 +305,7 @@ func containerIDs(ctx context.Context, rt reconcile.Runtime) (map[string]string,
 	}
 	ids := map[string]string{}
 	for _, o := range list {
-		if o.Labels[reconcile.LabelManaged] == "true" {
+		if reconcile.ManagedBy(o, "") { // the demo's reconcilers have no owner
 			ids[o.Name] = o.ID
 		}
 	}

@@ -18,18 +18,18 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/filewatch"
+	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
+	"github.com/meshhost/meshhost/internal/plumbing/netflag"
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/internal/sdnotify"
-	"github.com/meshhost/meshhost/internal/yield"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/resolver/control"
 	"github.com/meshhost/meshhost/resolver/handover"
-	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // ErrUsage is wrapped by errors in the flags; the usage has been printed.
@@ -38,13 +38,14 @@ var ErrUsage = errors.New("usage")
 // resolverFlags are the flags of the command.
 type resolverFlags struct {
 	roster     string
-	listen     []netip.AddrPort
-	upstreams  []netip.AddrPort
-	allow      []netip.Prefix
+	listen     netflag.AddrPorts
+	upstreams  netflag.Upstreams
+	allow      netflag.Prefixes
 	state      string
 	resolvConf string
 	ttl, neg   time.Duration
 	timeout    time.Duration
+	cache      CacheFlags
 
 	// The service's: see service.go.
 	control     string
@@ -54,41 +55,42 @@ type resolverFlags struct {
 	handover    string
 }
 
+// CacheFlags are the cache's flags, shared with `meshhost agent`.
+type CacheFlags struct {
+	Size           int
+	MaxTTL, MaxNeg time.Duration
+}
+
+// Register adds --cache-size, --cache-max-ttl and --cache-max-negative-ttl
+// to fs.
+func (c *CacheFlags) Register(fs *flag.FlagSet) {
+	fs.IntVar(&c.Size, "cache-size", resolver.DefaultCacheSize, "answers to outside names kept in the cache (at most 1232 bytes each); 0 disables the cache; SIGUSR1 empties it")
+	fs.DurationVar(&c.MaxTTL, "cache-max-ttl", resolver.DefaultCacheMaxTTL, "longest time an outside answer is kept (its TTLs are capped to it); 0 disables the cache")
+	fs.DurationVar(&c.MaxNeg, "cache-max-negative-ttl", resolver.DefaultCacheMaxNegativeTTL, "longest time an NXDOMAIN or NODATA answer is kept (RFC 2308: its SOA's TTL and MINIMUM, capped to this); 0 keeps none")
+}
+
+// Apply sets cfg's cache fields from the flags: the flags' 0 (off) is the
+// Config's negative.
+func (c CacheFlags) Apply(cfg *resolver.Config) {
+	off := func(v int64) int64 {
+		if v <= 0 {
+			return -1
+		}
+		return v
+	}
+	cfg.CacheSize = int(off(int64(c.Size)))
+	cfg.CacheMaxTTL = time.Duration(off(int64(c.MaxTTL)))
+	cfg.CacheMaxNegativeTTL = time.Duration(off(int64(c.MaxNeg)))
+}
+
 func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, error) {
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f := &resolverFlags{}
 	fs.StringVar(&f.roster, "roster", "", "roster `FILE` (JSON) to serve; reloaded on SIGHUP and when it changes")
-	fs.Func("listen", "`ADDR[,ADDR...]` (ip:port) to serve over UDP and TCP; repeatable", func(s string) error {
-		for _, part := range strings.Split(s, ",") {
-			a, err := netip.ParseAddrPort(strings.TrimSpace(part))
-			if err != nil {
-				return fmt.Errorf("%q is not ip:port: %v", part, err)
-			}
-			f.listen = append(f.listen, a)
-		}
-		return nil
-	})
-	fs.Func("upstream", "upstream `ADDR` (ip or ip:port) for names outside the roster; repeatable (default: the nameservers of --resolv-conf)", func(s string) error {
-		a, err := parseUpstream(s)
-		if err != nil {
-			return err
-		}
-		f.upstreams = append(f.upstreams, a)
-		return nil
-	})
-	fs.Func("allow", "client `CIDR` to answer besides loopback; repeatable (others get REFUSED)", func(s string) error {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			a, aerr := netip.ParseAddr(s)
-			if aerr != nil {
-				return fmt.Errorf("%q is not a CIDR: %v", s, err)
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
-		}
-		f.allow = append(f.allow, p)
-		return nil
-	})
+	fs.Var(&f.listen, "listen", "`ADDR[,ADDR...]` (ip:port) to serve over UDP and TCP; repeatable")
+	fs.Var(&f.upstreams, "upstream", "upstream `ADDR[,ADDR...]` (ip or ip:port) for names outside the roster; repeatable (default: the nameservers of --resolv-conf)")
+	fs.Var(&f.allow, "allow", "client `CIDR[,CIDR...]` (or address) to answer besides loopback; repeatable (others get REFUSED)")
 	fs.StringVar(&f.state, "state", "", "`PATH` keeping the last good roster across restarts (default: none, or STATE-DIR/roster.json)")
 	fs.StringVar(&f.stateDir, "state-dir", "", "`DIR` keeping the last good roster (roster.json) and the exposure put on the control socket (exposure.json), served from the resolver's start")
 	fs.StringVar(&f.control, "control", "", "control socket `PATH` through which the agent feeds the roster and the exposure (see resolver/control); off by default")
@@ -114,6 +116,7 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 	fs.DurationVar(&f.ttl, "ttl", 5*time.Second, "TTL of roster answers")
 	fs.DurationVar(&f.neg, "negative-ttl", 5*time.Second, "TTL of NXDOMAIN and NODATA answers")
 	fs.DurationVar(&f.timeout, "upstream-timeout", 2*time.Second, "time to wait for one upstream")
+	f.cache.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: "+prog+" --roster FILE --listen ADDR[,ADDR...] [--upstream ADDR ...] [--allow CIDR ...] [--state PATH] [--ttl D]")
 		fmt.Fprintln(stderr)
@@ -142,17 +145,6 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 	return f, nil
 }
 
-func parseUpstream(s string) (netip.AddrPort, error) {
-	if a, err := netip.ParseAddrPort(s); err == nil {
-		return a, nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("%q is neither ip nor ip:port", s)
-	}
-	return netip.AddrPortFrom(a, 53), nil
-}
-
 // Run runs the command until ctx is done, or until it has handed its
 // sockets over to a successor (--handover). It returns the process exit
 // code: 2 for usage and flag errors, 1 for other errors (which it returns).
@@ -179,7 +171,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 			succ.Abort() // the predecessor serves on
 		}
 	}
-	srv, err := resolver.New(resolver.Config{
+	cfg := resolver.Config{
 		Logger:          log,
 		TTL:             f.ttl,
 		NegativeTTL:     f.neg,
@@ -188,7 +180,9 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		UpstreamTimeout: f.timeout,
 		Allow:           f.allow,
 		StatePath:       f.state,
-	})
+	}
+	f.cache.Apply(&cfg)
+	srv, err := resolver.New(cfg)
 	if err != nil {
 		abort()
 		return 1, err
@@ -288,6 +282,8 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	stopFlush := FlushOnSignal(ctx, srv)
+	defer stopFlush()
 	fmt.Fprintf(stderr, "%s: serving on %v\n", prog, srv.Listeners())
 
 	lctx, stopLoops := context.WithCancel(ctx)
@@ -340,7 +336,9 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 			stopLoops()
 			return 0, nil
 		case <-hup:
-			poke()
+			if f.roster != "" {
+				poke()
+			}
 		case <-reload:
 			if f.roster == "" {
 				continue
@@ -355,11 +353,11 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 // reloadRoster reads, validates and applies the roster file.
 func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	start := time.Now()
-	data, err := yield.ReadFile(path) // a swap runs beside queries: read in steps
+	data, err := yield.ReadFile(path, srv.Busy) // a swap runs beside queries: read in steps
 	if err != nil {
 		return fmt.Errorf("reading roster: %w", err)
 	}
-	r, err := spec.ParseRoster(data)
+	r, err := specjson.Reader{Busy: srv.Busy}.ParseRoster(data)
 	if err != nil {
 		return fmt.Errorf("roster %q: %w", path, err)
 	}
@@ -374,4 +372,29 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	log.Info("roster applied", "path", path, "generation", r.Generation, "names", len(r.Names),
 		"took", time.Since(start), "applied_unix_nano", time.Now().UnixNano())
 	return nil
+}
+
+// FlushOnSignal empties srv's cache on each SIGUSR1 until ctx ends or the
+// returned func is called (which waits for that).
+func FlushOnSignal(ctx context.Context, srv *resolver.Server) (stop func()) {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-usr1:
+				srv.FlushCache()
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(usr1)
+		cancel()
+		<-done
+	}
 }

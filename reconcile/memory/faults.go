@@ -1,9 +1,11 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ErrInjected is the error an injected Fault returns when it names none.
@@ -60,6 +62,30 @@ func (m *Runtime) Before(hook func(Call) error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.before = hook
+}
+
+// Watch sets a hook run after every call, whatever its outcome (failed,
+// injected fault included), with the call and every container as the call
+// left them, by name; the runtime is locked: the hook must not call the
+// Runtime. Tests check invariants with it after each step of a pass. Nil
+// removes the hook.
+func (m *Runtime) Watch(hook func(call Call, now []Container)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.watch = hook
+}
+
+// watched runs the Watch hook for call. mu must be held.
+func (m *Runtime) watched(call Call) {
+	if m.watch == nil {
+		return
+	}
+	now := make([]Container, 0, len(m.containers))
+	for _, c := range m.containers {
+		now = append(now, m.snapshot(c))
+	}
+	slices.SortFunc(now, func(a, b Container) int { return cmp.Compare(a.Name, b.Name) })
+	m.watch(call, now)
 }
 
 // Recover ends a crash and disarms every pending fault, as a restarted

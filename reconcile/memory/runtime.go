@@ -45,6 +45,7 @@ type Runtime struct {
 	calls      map[string]int
 	faults     []*fault
 	before     func(call Call) error
+	watch      func(call Call, now []Container)
 	crashed    error         // when set, every call fails with it
 	pending    *pendingFault // After fault of the call in progress
 	stops      []Stop
@@ -83,6 +84,7 @@ var _ reconcile.Runtime = (*Runtime)(nil)
 func (m *Runtime) List(ctx context.Context) ([]reconcile.Observed, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	defer m.watched(Call{Method: "List"})
 	if err := m.enter(ctx, Call{Method: "List"}); err != nil {
 		return nil, err
 	}
@@ -98,6 +100,7 @@ func (m *Runtime) Inspect(ctx context.Context, id string) (reconcile.Inspected, 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	call := Call{Method: "Inspect", ID: id}
+	defer m.watched(call)
 	c, err := m.lookup(ctx, call)
 	if err != nil {
 		return reconcile.Inspected{}, err
@@ -122,6 +125,7 @@ func (m *Runtime) Create(ctx context.Context, r spec.Rendered) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	call := Call{Method: "Create", Name: r.Name}
+	defer m.watched(call)
 	if err := m.enter(ctx, call); err != nil {
 		return "", err
 	}
@@ -156,6 +160,7 @@ func (m *Runtime) Start(ctx context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	call := Call{Method: "Start", ID: id}
+	defer m.watched(call)
 	c, err := m.lookup(ctx, call)
 	if err != nil {
 		return err
@@ -177,6 +182,7 @@ func (m *Runtime) Stop(ctx context.Context, id string, timeout time.Duration) er
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	call := Call{Method: "Stop", ID: id}
+	defer m.watched(call)
 	c, err := m.lookup(ctx, call)
 	if err != nil {
 		return err
@@ -196,6 +202,7 @@ func (m *Runtime) Rename(ctx context.Context, id, name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	call := Call{Method: "Rename", ID: id, Name: name}
+	defer m.watched(call)
 	c, err := m.lookup(ctx, call)
 	if err != nil {
 		return err
@@ -216,6 +223,7 @@ func (m *Runtime) Remove(ctx context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	call := Call{Method: "Remove", ID: id}
+	defer m.watched(call)
 	c, err := m.lookup(ctx, call)
 	if err != nil {
 		return err
@@ -234,6 +242,7 @@ func (m *Runtime) Update(ctx context.Context, id string, res spec.Resources) err
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	call := Call{Method: "Update", ID: id}
+	defer m.watched(call)
 	c, err := m.lookup(ctx, call)
 	if err != nil {
 		return err

@@ -69,3 +69,45 @@ func TestFaults(t *testing.T) {
 		t.Errorf("CallCounts() = %v", got)
 	}
 }
+
+// TestWatch: the hook sees every call, failed ones included, with the
+// containers as the call left them.
+func TestWatch(t *testing.T) {
+	ctx := context.Background()
+	m := memory.New(memory.Options{})
+	type seen struct {
+		method string
+		state  reconcile.State
+	}
+	var got []seen
+	m.Watch(func(c memory.Call, now []memory.Container) {
+		s := seen{method: c.Method}
+		if len(now) == 1 {
+			s.state = now[0].State
+		}
+		got = append(got, s)
+	})
+	id, err := m.Create(ctx, spec.Rendered{Container: spec.Container{Name: "a", Image: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Inject(memory.Fault{Method: "Start", After: true})
+	if err := m.Start(ctx, id); !errors.Is(err, memory.ErrInjected) {
+		t.Fatalf("Start with an After fault = %v, want ErrInjected", err)
+	}
+	m.Inject(memory.Fault{Method: "Stop"})
+	if err := m.Stop(ctx, id, time.Second); !errors.Is(err, memory.ErrInjected) {
+		t.Fatalf("Stop with a fault = %v, want ErrInjected", err)
+	}
+	m.Watch(nil)
+	m.List(ctx)
+	want := []seen{{"Create", reconcile.StateCreated}, {"Start", reconcile.StateRunning}, {"Stop", reconcile.StateRunning}}
+	if len(got) != len(want) {
+		t.Fatalf("watched %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("call %d: watched %v, want %v", i, got[i], want[i])
+		}
+	}
+}

@@ -1,8 +1,10 @@
-// Package podman is the reconciler's Runtime over a podman API service
-// socket. It is the only package of meshhost that imports the podman Go
-// bindings, so that everything else builds without podman's build tags
-// (remote exclude_graphdriver_btrfs exclude_graphdriver_devicemapper
-// containers_image_openpgp).
+// Package podman is meshhost's one podman adapter, over a podman API service
+// socket: its Runtime is the reconciler's (reconcile.Runtime) and the
+// migrations' (migrations.Runtime: networks, one-shot probe containers, the
+// probe image, probe containers left behind). It is the only package of
+// meshhost that imports the podman Go bindings, so that everything else
+// builds without podman's build tags (remote exclude_graphdriver_btrfs
+// exclude_graphdriver_devicemapper containers_image_openpgp).
 //
 // Create gives podman exactly the settings of a spec.Rendered: copy mode's
 // hosts become --add-host entries ("name:addr"), which podman writes first

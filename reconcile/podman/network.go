@@ -9,29 +9,16 @@ import (
 
 	"github.com/containers/podman/v5/pkg/bindings/network"
 	"github.com/containers/podman/v5/pkg/bindings/system"
+
+	"github.com/meshhost/meshhost/migrations"
 )
 
 // Network is one runtime network as the migration and the reachability
-// probe need it.
-type Network struct {
-	Name   string
-	Driver string // "bridge", "macvlan", ...
-	// Interface is the host side interface, e.g. "podman0"; it exists only
-	// while a container is attached.
-	Interface string
-	Subnets   []Subnet
-	// DNSEnabled: podman runs aardvark-dns on each gateway for container
-	// names. The default "podman" network has it off.
-	DNSEnabled bool
-	Internal   bool // no route out of the network
-	IPv6       bool
-}
+// probe need it: the migrations' own type, so Runtime is their runtime.
+type Network = migrations.Network
 
 // Subnet is one subnet of a Network.
-type Subnet struct {
-	Prefix  netip.Prefix
-	Gateway netip.Addr // zero when the network has none
-}
+type Subnet = migrations.Subnet
 
 // Networks lists the runtime's networks, sorted by name.
 func (r *Runtime) Networks(ctx context.Context) ([]Network, error) {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/digest"
-	"github.com/meshhost/meshhost/internal/podmantest"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
 )

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // ErrUnreachable wraps every error of a request that did not reach the
@@ -191,7 +192,7 @@ func (c *Client) RosterContext(ctx context.Context) (*spec.Roster, error) {
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
-		r, err := spec.ParseRoster(data)
+		r, err := specjson.ParseRoster(data)
 		if err != nil {
 			return nil, fmt.Errorf("the roster the resolver serves: %w", err)
 		}

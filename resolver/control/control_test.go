@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/meshhost/meshhost/internal/continuity"
-	"github.com/meshhost/meshhost/internal/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/dnstest"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )

@@ -16,9 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 	"github.com/meshhost/meshhost/resolver"
-	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // exposureVersion is the version of the exposure file.
@@ -315,7 +315,7 @@ func (s *Server) putRoster(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusRequestEntityTooLarge, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: "reading the roster: " + err.Error()})
 		return
 	}
-	ro, err := spec.ParseRoster(data)
+	ro, err := specjson.Reader{Busy: s.cfg.Resolver.Busy}.ParseRoster(data) // steps aside while queries wait
 	if err != nil {
 		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: err.Error()})
 		return

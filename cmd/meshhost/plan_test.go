@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/agent/declsource"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/migrations"
+	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/reconcile/memory"
+	"github.com/meshhost/meshhost/resolver"
+)
+
+// planDeclaration is a copy-mode declaration of three containers; web's
+// env is role, and the roster holds names of n.internal.
+func planDeclaration(gen uint64, role string, names int) []byte {
+	var ns []string
+	for i := range names {
+		ns = append(ns, fmt.Sprintf(`"n%d.internal": ["10.9.0.%d"]`, i, i+1))
+	}
+	return []byte(fmt.Sprintf(`{"schema": 1, "machine": "ace", "generation": %d, "mesh_names": "off",
+	  "roster": {"generation": %d, "zones": ["internal"], "names": {%s}},
+	  "containers": [{"name": "db", "image": "busybox"},
+	                 {"name": "web", "image": "busybox", "env": {"ROLE": %q}, "depends_on": ["db"]},
+	                 {"name": "cache", "image": "busybox"}]}`, gen, gen, strings.Join(ns, ","), role))
+}
+
+// TestPlanAgreesWithTheAgent pushes a declaration whose roster the guard
+// holds (it drops half the names) and which changes one container's env,
+// and checks that `meshhost plan` announces exactly what the agent's next
+// pass then does, action for action: one replacement, of web, for its env.
+// Rendering with the declared roster, as plan once did, announces every
+// container replaced for its hosts in copy mode.
+func TestPlanAgreesWithTheAgent(t *testing.T) {
+	state := t.TempDir()
+	dir := statedir.New(state)
+	srv, err := resolver.New(resolver.Config{StatePath: dir.Roster(), Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: "ace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := memory.New(memory.Options{})
+	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 100, Window: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := declsource.New(declsource.Config{Machine: "ace"})
+	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, State: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := source.Offer(planDeclaration(1, "web", 12), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	next := planDeclaration(2, "frontend", 6) // drops 6 of 12 names: held
+	file := filepath.Join(t.TempDir(), "next.json")
+	if err := os.WriteFile(file, next, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	env := &environment{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" },
+		openRuntime: func(context.Context, string) (reconcile.Runtime, bool, error) { return rt, false, nil }}
+	code := run(ctx, env, []string{"plan", "--declaration", file, "--state", state, "--output", "json"})
+	if code != 2 {
+		t.Fatalf("meshhost plan = exit %d, want 2 (changes)\n%s%s", code, stdout.String(), stderr.String())
+	}
+	var planned struct {
+		Actions []actionJSON `json:"actions"`
+		Roster  rosterJSON   `json:"roster"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &planned); err != nil {
+		t.Fatalf("plan output: %v\n%s", err, stdout.String())
+	}
+	if planned.Roster.InForce != 1 || !strings.Contains(planned.Roster.Held, "drops 6 of 12 names") {
+		t.Errorf("plan's roster = %+v, want generation 1 in force and generation 2 held", planned.Roster)
+	}
+
+	if _, err := source.Offer(next, "test"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := a.Pass(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.RosterHeld == "" {
+		t.Fatal("the agent applied the roster the guard should hold")
+	}
+	type step struct{ Kind, Container, Reason string }
+	var did, announced []step
+	for _, o := range rep.Result.Outcomes {
+		if o.Kind != reconcile.Keep {
+			did = append(did, step{string(o.Kind), o.Name, o.Reason})
+		}
+	}
+	for _, p := range planned.Actions {
+		announced = append(announced, step{p.Kind, p.Container, p.Reason})
+	}
+	if diff := cmp.Diff(did, announced); diff != "" {
+		t.Errorf("meshhost plan and the agent's pass differ (-agent +plan):\n%s", diff)
+	}
+	want := []step{{"replace", "web", "env: +ROLE=frontend -ROLE=web"}}
+	if diff := cmp.Diff(want, did); diff != "" {
+		t.Errorf("the pass did (-want +got):\n%s", diff)
+	}
+
+	// explain renders the same way: web's only change is its env.
+	stdout.Reset()
+	if code := run(ctx, env, []string{"explain", "web", "--declaration", file, "--state", state}); code != 0 {
+		t.Fatalf("meshhost explain web = exit %d\n%s", code, stderr.String())
+	}
+	if out := stdout.String(); !strings.Contains(out, "web: keep") {
+		t.Errorf("meshhost explain web after the pass = %q, want keep", out)
+	}
+}

@@ -1,0 +1,228 @@
+package journal
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
+)
+
+// Version is the format of the journal's entries.
+//
+// History:
+//
+//	1: first version: declarations/ and passes/, one JSON file per entry.
+const Version = 1
+
+// DefaultKeep is how many entries of each kind a journal keeps.
+const DefaultKeep = 200
+
+// DefaultMaxBytes bounds the bytes of each kind of entry: a declaration
+// carries its whole roster (about 5 MB at 100,000 names), so 200 of them
+// could take a gigabyte. The newest entry is always kept.
+const DefaultMaxBytes = 256 << 20
+
+// ErrNotFound is returned for a generation the journal does not hold (never
+// applied, or pruned).
+var ErrNotFound = errors.New("not in the journal")
+
+// ErrOlderGeneration is returned for a declaration older than the newest
+// one recorded: generations never go backwards.
+var ErrOlderGeneration = errors.New("generations never go backwards")
+
+// Options configures a Journal.
+type Options struct {
+	// Keep is how many declarations, and how many passes, are kept.
+	// Default DefaultKeep.
+	Keep int
+	// MaxBytes bounds the bytes of the declarations kept, and of the passes
+	// kept; the oldest go first. Default DefaultMaxBytes.
+	MaxBytes int64
+}
+
+// Journal is a machine's history in a directory. It is safe for concurrent
+// use by one process.
+type Journal struct {
+	dir      string
+	keep     int
+	maxBytes int64
+
+	// mu guards writes and nextSeq.
+	mu      sync.Mutex
+	nextSeq uint64
+}
+
+const (
+	declarationsDir = "declarations"
+	passesDir       = "passes"
+)
+
+// Open opens the journal in dir, creating it if needed.
+func Open(dir string, opts Options) (*Journal, error) {
+	j := &Journal{dir: dir, keep: cmp.Or(opts.Keep, DefaultKeep), maxBytes: cmp.Or(opts.MaxBytes, DefaultMaxBytes)}
+	for _, sub := range []string{declarationsDir, passesDir} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o750); err != nil {
+			return nil, fmt.Errorf("opening journal: %w", err)
+		}
+	}
+	seqs, err := j.keys(passesDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(seqs) > 0 {
+		j.nextSeq = seqs[len(seqs)-1]
+	}
+	j.nextSeq++
+	return j, nil
+}
+
+// keys returns the numbers naming the entries of sub, in order.
+func (j *Journal) keys(sub string) ([]uint64, error) {
+	des, err := os.ReadDir(filepath.Join(j.dir, sub))
+	if err != nil {
+		return nil, fmt.Errorf("reading journal: %w", err)
+	}
+	var out []uint64
+	for _, de := range des {
+		base, ok := strings.CutSuffix(de.Name(), ".json")
+		if !ok || strings.HasPrefix(base, ".") {
+			continue
+		}
+		if n, err := strconv.ParseUint(base, 10, 64); err == nil {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func (j *Journal) path(sub string, key uint64) string {
+	return filepath.Join(j.dir, sub, fmt.Sprintf("%020d.json", key))
+}
+
+// writeLocked stores v as the entry key of sub, atomically, and prunes the
+// oldest entries beyond Keep.
+func (j *Journal) writeLocked(sub string, key uint64, v any) error {
+	syncs.AssertLocked(&j.mu)
+	// Compact: indenting would also indent an embedded declaration, and
+	// with it a roster of 100,000 names.
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding journal entry: %w", err)
+	}
+	if err := writeFileAtomic(j.path(sub, key), data); err != nil {
+		return fmt.Errorf("writing journal entry: %w", err)
+	}
+	keys, err := j.keys(sub)
+	if err != nil {
+		return err
+	}
+	sizes := make([]int64, len(keys))
+	var total int64
+	for i, k := range keys {
+		if fi, err := os.Stat(j.path(sub, k)); err == nil {
+			sizes[i] = fi.Size()
+			total += sizes[i]
+		}
+	}
+	for len(keys) > 1 && (len(keys) > j.keep || total > j.maxBytes) {
+		if err := os.Remove(j.path(sub, keys[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("pruning journal: %w", err)
+		}
+		total -= sizes[0]
+		keys, sizes = keys[1:], sizes[1:]
+	}
+	return nil
+}
+
+func (j *Journal) read(sub string, key uint64, v any) error {
+	data, err := os.ReadFile(j.path(sub, key))
+	if errors.Is(err, os.ErrNotExist) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("reading journal entry: %w", err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("reading journal entry %s: %w", j.path(sub, key), err)
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with data; a crash leaves the old file or
+// the new one, never a part.
+func writeFileAtomic(path string, data []byte) error {
+	return atomicfile.Write(path, data, 0o600)
+}
+
+// Entry is one line of the history: a declaration applied, or a pass.
+type Entry struct {
+	Time        time.Time
+	Declaration *DeclarationEntry // set for a declaration
+	Pass        *PassEntry        // set for a pass
+}
+
+// String summarizes e on one line, for `meshhost history`.
+func (e Entry) String() string {
+	ts := e.Time.UTC().Format(time.RFC3339)
+	if d := e.Declaration; d != nil {
+		s := fmt.Sprintf("%s declaration %d: roster %d, %d containers, mesh_names %s", ts, d.Generation, d.RosterGeneration, d.Containers, d.MeshNames)
+		if !d.RosterDiff.Empty() {
+			s += fmt.Sprintf("; names +%d -%d ~%d", len(d.RosterDiff.Added), len(d.RosterDiff.Removed), len(d.RosterDiff.Moved))
+		}
+		return s
+	}
+	p := e.Pass
+	counts := map[string]int{}
+	failed := 0
+	for _, a := range p.Actions {
+		counts[a.Kind]++
+		if a.Err != "" {
+			failed++
+		}
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
+	}
+	s := fmt.Sprintf("%s pass %d: %s in %v", ts, p.Seq, strings.Join(parts, ", "), p.Duration.Round(time.Millisecond))
+	if p.Deferred > 0 {
+		s += fmt.Sprintf(", %d deferred", p.Deferred)
+	}
+	if failed > 0 {
+		s += fmt.Sprintf(", %d failed", failed)
+	}
+	return s
+}
+
+// History returns every entry the journal holds, oldest first.
+func (j *Journal) History() ([]Entry, error) {
+	decls, err := j.Declarations()
+	if err != nil {
+		return nil, err
+	}
+	passes, err := j.Passes()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, 0, len(decls)+len(passes))
+	for i := range decls {
+		out = append(out, Entry{Time: decls[i].Time, Declaration: &decls[i]})
+	}
+	for i := range passes {
+		out = append(out, Entry{Time: passes[i].Time, Pass: &passes[i]})
+	}
+	slices.SortStableFunc(out, func(a, b Entry) int { return a.Time.Compare(b.Time) })
+	return out, nil
+}

@@ -1,0 +1,70 @@
+// Package statedir is the agent's state directory. It names every file in
+// it, so that no other code does: the agent, its commands and the libraries
+// it feeds get paths from a Dir (the resolver its roster file, the migration
+// gate its state file, the journal its directory), never a directory to
+// name files in.
+//
+// Layout:
+//
+//	declaration.json  the declaration last applied (the agent's)
+//	roster-accept     a roster generation the operator let shrink (meshhost roster accept)
+//	roster.json       the resolver's last good roster (roster file format)
+//	reconciler.json   the reconciler's replacement budget and adoptions
+//	migrations.json   the migration gate's state (and migrations.json.lock, its lock)
+//	journal/          the history: declarations and passes
+//	push.sock         the controller's push endpoint, unless --push says otherwise
+package statedir
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Default is where the agent keeps its state unless told otherwise.
+const Default = "/var/lib/meshhost"
+
+// Dir is the agent's state directory. The zero Dir is the current
+// directory.
+type Dir struct{ path string }
+
+// New returns the state directory at path. Nothing is created: see Create.
+func New(path string) Dir { return Dir{path: path} }
+
+// Create makes the directory (mode 0700) if it does not exist.
+func (d Dir) Create() error {
+	if err := os.MkdirAll(d.path, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	return nil
+}
+
+// Path is the directory itself.
+func (d Dir) Path() string { return d.path }
+
+func (d Dir) join(name string) string { return filepath.Join(d.path, name) }
+
+// Declaration is the declaration the agent last applied, saved before it
+// acts on it.
+func (d Dir) Declaration() string { return d.join("declaration.json") }
+
+// RosterAccept holds a roster generation the operator let shrink past the
+// roster guard.
+func (d Dir) RosterAccept() string { return d.join("roster-accept") }
+
+// Roster is the resolver's last good roster (resolver.Config.StatePath).
+func (d Dir) Roster() string { return d.join("roster.json") }
+
+// Reconciler keeps the reconciler's replacement budget and adoptions
+// across restarts.
+func (d Dir) Reconciler() string { return d.join("reconciler.json") }
+
+// Migrations is the migration gate's state file
+// (migrations.GateConfig.Path).
+func (d Dir) Migrations() string { return d.join("migrations.json") }
+
+// Journal is the journal's directory.
+func (d Dir) Journal() string { return d.join("journal") }
+
+// PushSocket is the controller's push endpoint by default.
+func (d Dir) PushSocket() string { return d.join("push.sock") }

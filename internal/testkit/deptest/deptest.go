@@ -1,0 +1,234 @@
+// Package deptest states the module's dependency rules as tests, in the
+// spirit of tailscale's tstest/deptest: the leaves stay leaves, one package
+// talks to podman, and no public package hands out an internal type. The
+// rules themselves are in rules_test.go; this file reads the module with
+// `go list` and go/ast, and needs nothing else.
+package deptest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Package is one package as `go list -json` reports it.
+type Package struct {
+	ImportPath   string
+	Name         string
+	Dir          string
+	GoFiles      []string
+	Imports      []string // direct, of GoFiles
+	TestImports  []string
+	XTestImports []string
+	Deps         []string // every package GoFiles need, transitively
+}
+
+// Standard reports whether path is in the standard library: its first
+// element has no dot.
+func Standard(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
+// Internal reports whether path is an internal package (of any module).
+func Internal(path string) bool {
+	return strings.HasSuffix(path, "/internal") || strings.Contains(path, "/internal/") || strings.HasPrefix(path, "internal/")
+}
+
+// List returns the packages matching patterns (e.g. "./..."), listed from
+// the module's root with `go list -e -json`, by import path. GOFLAGS (the
+// podman build tags) is taken from the environment.
+func List(t testing.TB, patterns ...string) (module string, pkgs map[string]Package) {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out, err := exec.Command(gobin, "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	mod, err := exec.Command(gobin, "list", "-m").Output()
+	if err != nil {
+		t.Fatalf("go list -m: %v", err)
+	}
+	module = strings.TrimSpace(string(mod))
+	cmd := exec.Command(gobin, append([]string{"list", "-e", "-json"}, patterns...)...)
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	data, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v\n%s", patterns, err, stderr.String())
+	}
+	pkgs = map[string]Package{}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		var p Package
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("reading go list's output: %v", err)
+		}
+		pkgs[p.ImportPath] = p
+	}
+	if len(pkgs) == 0 {
+		t.Fatalf("go list %v listed no package", patterns)
+	}
+	return module, pkgs
+}
+
+// ExposedInternal returns the exported API of the package in dir (its
+// GoFiles) that names a type of an internal package: exported functions and
+// methods of exported types (parameters and results), exported types (for
+// structs, their exported and embedded fields; for interfaces, their
+// methods), and exported variables and constants (their type, or when it
+// is not written, anything their value names). Each entry reads
+// "file.go:line: Name uses internal/pkg.Type". It reads the source only:
+// function bodies and unexported declarations are not its business.
+func ExposedInternal(dir string, files []string) ([]string, error) {
+	fset := token.NewFileSet()
+	var out []string
+	for _, name := range files {
+		src, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		found, err := exposedInFile(fset, name, src)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, found...)
+	}
+	return out, nil
+}
+
+// exposedInFile is ExposedInternal for one file's source.
+func exposedInFile(fset *token.FileSet, name string, src []byte) ([]string, error) {
+	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	internal := map[string]string{} // import name -> path, internal imports only
+	for _, imp := range f.Imports {
+		path, _ := strconv.Unquote(imp.Path.Value)
+		if !Internal(path) {
+			continue
+		}
+		local := path[strings.LastIndex(path, "/")+1:]
+		if imp.Name != nil {
+			local = imp.Name.Name
+		}
+		internal[local] = path
+	}
+	if len(internal) == 0 {
+		return nil, nil
+	}
+	var out []string
+	check := func(who string, n ast.Node) {
+		if n == nil {
+			return
+		}
+		ast.Inspect(n, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok {
+				if path, ok := internal[id.Name]; ok {
+					out = append(out, fmt.Sprintf("%s: %s uses %s.%s", fset.Position(sel.Pos()), who, path, sel.Sel.Name))
+				}
+			}
+			return true
+		})
+	}
+	for _, decl := range f.Decls {
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			if !d.Name.IsExported() || d.Recv != nil && !exportedReceiver(d.Recv) {
+				continue
+			}
+			check(d.Name.Name, d.Type)
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				switch s := spec.(type) {
+				case *ast.TypeSpec:
+					if s.Name.IsExported() {
+						checkType(s.Name.Name, s.Type, check)
+					}
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						if !n.IsExported() {
+							continue
+						}
+						if s.Type != nil {
+							check(n.Name, s.Type)
+							continue
+						}
+						for _, v := range s.Values {
+							check(n.Name, v)
+						}
+					}
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// checkType checks what of type expression t the package's users see.
+func checkType(who string, t ast.Expr, check func(string, ast.Node)) {
+	switch t := t.(type) {
+	case *ast.StructType:
+		for _, fld := range t.Fields.List {
+			if len(fld.Names) == 0 { // embedded: its exported members are promoted
+				check(who, fld.Type)
+			}
+			for _, n := range fld.Names {
+				if n.IsExported() {
+					check(who+"."+n.Name, fld.Type)
+				}
+			}
+		}
+	case *ast.InterfaceType:
+		for _, m := range t.Methods.List {
+			check(who, m.Type)
+		}
+	default:
+		check(who, t)
+	}
+}
+
+func exportedReceiver(recv *ast.FieldList) bool {
+	if len(recv.List) == 0 {
+		return false
+	}
+	t := recv.List[0].Type
+	for {
+		switch x := t.(type) {
+		case *ast.StarExpr:
+			t = x.X
+		case *ast.IndexExpr:
+			t = x.X
+		case *ast.IndexListExpr:
+			t = x.X
+		case *ast.Ident:
+			return x.IsExported()
+		default:
+			return false
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package deptest
+
+import (
+	"go/token"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// podmanBindings are the import paths only the podman adapter may import:
+// the podman bindings and the libraries that come with them.
+var podmanBindings = []string{"github.com/containers/", "go.podman.io/"}
+
+func isPodman(path string) bool {
+	return slices.ContainsFunc(podmanBindings, func(p string) bool { return strings.HasPrefix(path, p) })
+}
+
+// TestLeaves: spec imports only the standard library; digest only the
+// standard library and spec. Anything that speaks the vocabulary builds
+// without podman, DNS or JSON-reader code.
+func TestLeaves(t *testing.T) {
+	mod, pkgs := List(t, "./spec", "./digest")
+	for _, tc := range []struct {
+		pkg   string
+		allow []string
+	}{
+		{mod + "/spec", nil},
+		{mod + "/digest", []string{mod + "/spec"}},
+	} {
+		t.Run(strings.TrimPrefix(tc.pkg, mod+"/"), func(t *testing.T) {
+			p, ok := pkgs[tc.pkg]
+			if !ok {
+				t.Fatalf("%s not listed", tc.pkg)
+			}
+			for _, d := range p.Deps {
+				if !Standard(d) && !slices.Contains(tc.allow, d) {
+					t.Errorf("%s depends on %s; it may depend on the standard library only (and %v)", tc.pkg, d, tc.allow)
+				}
+			}
+		})
+	}
+}
+
+// TestOnlyThePodmanAdapterImportsPodman: one package, reconcile/podman,
+// imports the podman bindings (tests included), so that nothing else needs
+// podman's build tags.
+func TestOnlyThePodmanAdapterImportsPodman(t *testing.T) {
+	mod, pkgs := List(t, "./...")
+	adapter := mod + "/reconcile/podman"
+	if !slices.ContainsFunc(pkgs[adapter].Imports, isPodman) {
+		t.Fatalf("%s imports no podman binding: is the adapter elsewhere now? %v", adapter, pkgs[adapter].Imports)
+	}
+	for path, p := range pkgs {
+		if path == adapter {
+			continue
+		}
+		for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
+			if isPodman(imp) {
+				t.Errorf("%s imports %s; only %s may", path, imp, adapter)
+			}
+		}
+	}
+}
+
+// TestResolverNeedsNoPodman: the resolver, and the binary that runs it
+// alone, depend on no podman code: not the adapter, not the bindings.
+func TestResolverNeedsNoPodman(t *testing.T) {
+	mod, pkgs := List(t, "./resolver", "./cmd/meshhost-resolver")
+	for path, p := range pkgs {
+		for _, d := range p.Deps {
+			if d == mod+"/reconcile/podman" || isPodman(d) {
+				t.Errorf("%s depends on %s", path, d)
+			}
+		}
+	}
+}
+
+// TestReconcileImportsItsChoicesOnly: of this module, the reconciler
+// depends on spec and digest alone, and on no internal package (which its
+// callers outside the module could not provide).
+func TestReconcileImportsItsChoicesOnly(t *testing.T) {
+	mod, pkgs := List(t, "./reconcile")
+	for _, d := range pkgs[mod+"/reconcile"].Deps {
+		if strings.HasPrefix(d, mod+"/") && d != mod+"/spec" && d != mod+"/digest" {
+			t.Errorf("reconcile depends on %s; of this module it may depend on spec and digest only", d)
+		}
+	}
+}
+
+// TestTestkitInTestsOnly: internal/testkit's fixtures are imported by
+// tests, never by the product.
+func TestTestkitInTestsOnly(t *testing.T) {
+	mod, pkgs := List(t, "./...")
+	kit := mod + "/internal/testkit/"
+	for path, p := range pkgs {
+		if strings.HasPrefix(path, kit) {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, kit) {
+				t.Errorf("%s (not a test) imports the test fixture %s", path, imp)
+			}
+		}
+	}
+}
+
+// TestNoPublicAPIExposesInternal: a package outside internal/ never names
+// an internal type in its exported API; a caller outside the module could
+// not provide or use it (as reconcile.Config.Journal *journal.Journal once
+// could not be set).
+func TestNoPublicAPIExposesInternal(t *testing.T) {
+	_, pkgs := List(t, "./...")
+	checked := 0
+	for path, p := range pkgs {
+		if Internal(path) || p.Name == "main" {
+			continue
+		}
+		checked++
+		found, err := ExposedInternal(p.Dir, p.GoFiles)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, f := range found {
+			t.Errorf("%s exposes an internal type: %s", path, f)
+		}
+	}
+	if checked < 8 {
+		t.Errorf("checked %d public packages; expected spec, spec/specjson, digest, resolver, reconcile and its runtimes, migrations", checked)
+	}
+}
+
+// TestExposedInternalFindsIt checks the checker on sources that do and do
+// not expose an internal type.
+func TestExposedInternalFindsIt(t *testing.T) {
+	const header = "package p\nimport (\n\tj \"example.com/m/internal/journal\"\n\t\"example.com/m/internal/yield\"\n)\n"
+	for _, tc := range []struct {
+		name, src string
+		exposed   bool
+	}{
+		{"config field", "type Config struct{ Journal *j.Journal }", true},
+		{"embedded field", "type Config struct{ *j.Journal }", true},
+		{"result", "func Open() (*j.Journal, error) { return nil, nil }", true},
+		{"method parameter", "type T struct{}\nfunc (T) Use(y *yield.Yielder) {}", true},
+		{"interface method", "type I interface{ Journal() j.Journal }", true},
+		{"variable's value", "var Default = j.New()", true},
+		{"unexported field", "type Config struct{ journal *j.Journal }", false},
+		{"unexported function", "func open() *j.Journal { return nil }", false},
+		{"method of an unexported type", "type t struct{}\nfunc (t) Use(y *yield.Yielder) {}", false},
+		{"function body", "func Run() { var y yield.Yielder; y.Maybe() }", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			found, err := exposedInFile(token.NewFileSet(), "p.go", []byte(header+tc.src+"\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(found) > 0; got != tc.exposed {
+				t.Errorf("exposed = %t (%v), want %t for:\n%s", got, found, tc.exposed, tc.src)
+			}
+		})
+	}
+}

@@ -1,0 +1,115 @@
+package specjson
+
+import (
+	"math"
+	"net/netip"
+
+	"github.com/meshhost/meshhost/internal/plumbing/strictjson"
+	"github.com/meshhost/meshhost/internal/plumbing/yield"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// ParseRoster reads a roster document, the format of the roster file and of
+// the roster inside a declaration:
+//
+//	{"generation": 7,
+//	 "zones": ["internal"],
+//	 "names": {"gitea.novox.internal": ["10.89.0.7"],
+//	           "searxng.zurag.be": ["100.64.0.9", "fd7a::9"]}}
+//
+// It returns a validated, normalized roster, or every fault found, each a
+// *spec.FieldError naming the entry. Nothing half-parsed is ever returned.
+func ParseRoster(data []byte) (*spec.Roster, error) { return Reader{}.ParseRoster(data) }
+
+// ParseRoster is the package's ParseRoster, stepping aside while rd.Busy
+// says other work waits.
+func (rd Reader) ParseRoster(data []byte) (*spec.Roster, error) {
+	y := &yield.Yielder{Pending: rd.Busy}
+	if r, ok := decodeRosterFast(data, y); ok {
+		return r, nil
+	}
+	return parseRosterStrict(data, y)
+}
+
+// parseRosterStrict is ParseRoster through the strict reader, which names
+// every fault; ParseRoster takes it for any document the fast path declines.
+func parseRosterStrict(data []byte, y *yield.Yielder) (*spec.Roster, error) {
+	v, err := strictjson.Parse(data)
+	if err != nil {
+		return nil, &spec.FieldError{Reason: err.Error()}
+	}
+	var rep strictjson.Report
+	r := readRoster(&rep, "", v)
+	if err := faults(rep); err != nil {
+		return nil, err
+	}
+	if err := r.ValidateYielding(y.Maybe); err != nil {
+		return nil, err
+	}
+	return r.Normalize(), nil
+}
+
+func readRoster(rep *strictjson.Report, path string, v strictjson.Value) *spec.Roster {
+	o := rep.Object(path, v)
+	r := &spec.Roster{Names: map[string][]netip.Addr{}}
+	if gv, p, ok := o.Required("generation"); ok {
+		r.Generation, _ = rep.Uint(p, gv, 0, math.MaxInt64)
+	}
+	if zv, p, ok := o.Field("zones"); ok {
+		r.Zones, _ = rep.Strings(p, zv)
+	}
+	if nv, p, ok := o.Required("names"); ok {
+		names := rep.Object(p, nv)
+		for _, m := range names.Members() {
+			if list, ok := plainAddrs(m.Value); ok { // the common case, without formatting a path
+				r.Names[m.Key] = list
+				continue
+			}
+			mp := strictjson.Join(p, m.Key)
+			addrs, ok := rep.Strings(mp, m.Value)
+			if !ok {
+				continue
+			}
+			list := make([]netip.Addr, 0, len(addrs))
+			for i, s := range addrs {
+				a, err := netip.ParseAddr(s)
+				if err != nil {
+					rep.Add(strictjson.Index(mp, i), "%q is not an IP address", s)
+					continue
+				}
+				list = append(list, a)
+			}
+			r.Names[m.Key] = list
+		}
+	}
+	o.Done()
+	return r
+}
+
+func faults(rep strictjson.Report) error {
+	var errs faultList
+	for _, f := range rep.Faults {
+		errs.add(f.Path, "%s", f.Reason)
+	}
+	return errs.err()
+}
+
+// plainAddrs reads an array of address strings, or reports false for
+// anything else (the caller then reads it again, naming every fault).
+func plainAddrs(v strictjson.Value) ([]netip.Addr, bool) {
+	if v.Kind != strictjson.KindArray {
+		return nil, false
+	}
+	list := make([]netip.Addr, 0, len(v.Items))
+	for _, item := range v.Items {
+		if item.Kind != strictjson.KindString {
+			return nil, false
+		}
+		a, err := netip.ParseAddr(item.String)
+		if err != nil {
+			return nil, false
+		}
+		list = append(list, a)
+	}
+	return list, true
+}
