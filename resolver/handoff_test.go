@@ -10,7 +10,7 @@ import (
 
 	"codeberg.org/miekg/dns"
 
-	"github.com/meshhost/meshhost/internal/continuity"
+	"github.com/meshhost/meshhost/internal/testkit/continuity"
 	"github.com/meshhost/meshhost/internal/testkit/dnstest"
 	"github.com/meshhost/meshhost/spec"
 )

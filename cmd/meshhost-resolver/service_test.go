@@ -15,9 +15,9 @@ import (
 
 	"codeberg.org/miekg/dns"
 
-	"github.com/meshhost/meshhost/internal/continuity"
-	"github.com/meshhost/meshhost/internal/fakesystemd"
+	"github.com/meshhost/meshhost/internal/testkit/continuity"
 	"github.com/meshhost/meshhost/internal/testkit/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/fakesystemd"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/resolver/control"
 	"github.com/meshhost/meshhost/spec"

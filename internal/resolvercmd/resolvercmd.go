@@ -24,8 +24,8 @@ import (
 
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
+	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
-	"github.com/meshhost/meshhost/internal/sdnotify"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/resolver/control"
 	"github.com/meshhost/meshhost/resolver/handover"

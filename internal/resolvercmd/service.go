@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/sdnotify"
+	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/resolver/control"
 	"github.com/meshhost/meshhost/resolver/handover"

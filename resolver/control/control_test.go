@@ -15,7 +15,7 @@ import (
 	"codeberg.org/miekg/dns"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/meshhost/meshhost/internal/continuity"
+	"github.com/meshhost/meshhost/internal/testkit/continuity"
 	"github.com/meshhost/meshhost/internal/testkit/dnstest"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"

@@ -14,7 +14,7 @@
 //	predecessor -> {"op":"released"}           (it has drained; it exits)
 //
 // Under systemd the same sockets also sit in the service manager's file
-// descriptor store (package internal/sdnotify), which covers a crash; the
+// descriptor store (package internal/plumbing/sdnotify), which covers a crash; the
 // handover covers a replacement where both processes run at once.
 package handover
 

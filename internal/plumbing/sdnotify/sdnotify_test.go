@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/fakesystemd"
+	"github.com/meshhost/meshhost/internal/testkit/fakesystemd"
 )
 
 func TestNotifyAndStore(t *testing.T) {
