@@ -125,7 +125,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	depUp := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "meshhost_agent_dependency_up",
-		Help: "1 while a dependency answers the agent: podman (its API, once connected) and resolver (its control socket, or the embedded one).",
+		Help: "1 while a dependency answers the agent: podman (its API; asked every 10s once connected) and resolver (its control socket, asked every second; or the embedded one).",
 	}, []string{"dependency"})
 	depUp.WithLabelValues("podman")
 	depUp.WithLabelValues("resolver")
@@ -189,6 +189,10 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		}
 		canary, asserted = client.Canary, client.Settle
 		g.Go(func() error { client.Watch(gctx, time.Second); return nil })
+		g.Go(func() error { // the metric follows the resolver, probed or not
+			every(gctx, time.Second, func() { resolverAlive() })
+			return nil
+		})
 		// The operator's own addresses and clients, asserted at once; a
 		// resolver not up yet gets them when it is (Watch puts them again).
 		for _, l := range listens {
@@ -233,7 +237,10 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	// serves on.
 	var current atomic.Pointer[agent.Agent]
 	var waiting atomic.Pointer[error]
-	noRuntime := errors.New("connecting to the container runtime")
+	noRuntime := errors.New("starting the in-memory runtime")
+	if uri != "" {
+		noRuntime = fmt.Errorf("connecting to podman's API at %s: no answer yet", uri)
+	}
 	waiting.Store(&noRuntime)
 	liveness := func() error {
 		if a := current.Load(); a != nil {
@@ -356,6 +363,18 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 				}
 			}
 			depUp.WithLabelValues("podman").Set(1)
+			g.Go(func() error { // the metric follows podman's API after the start too
+				every(gctx, 10*time.Second, func() {
+					vctx, cancel := context.WithTimeout(gctx, 5*time.Second)
+					defer cancel()
+					if _, err := p.Version(vctx); err != nil {
+						depUp.WithLabelValues("podman").Set(0)
+					} else {
+						depUp.WithLabelValues("podman").Set(1)
+					}
+				})
+				return nil
+			})
 			rt, nets = p, p
 		}
 		a, err := newAgent(gctx, agentSetup{
@@ -476,6 +495,20 @@ func newAgent(ctx context.Context, s agentSetup) (*agent.Agent, error) {
 		acfg.Exposer = exposer
 	}
 	return agent.New(acfg)
+}
+
+// every runs f every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			f()
+		}
+	}
 }
 
 // readLogLevel reads a log level from a file.
