@@ -240,6 +240,11 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	// reloads leave this to the runtime's background scavenger, which does
 	// not stall queries.)
 	debug.FreeOSMemory()
+	if s.ctl != nil {
+		// The handed-over sockets hold queries of the exposed networks'
+		// clients already: they are allowed before the first is read.
+		s.ctl.ApplyClients()
+	}
 	if err := s.adoptListeners(in, f.listen, exposed); err != nil {
 		abort()
 		return 1, err

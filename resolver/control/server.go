@@ -125,6 +125,20 @@ func (s *Server) Exposure() Exposure {
 	return s.exposure
 }
 
+// ApplyClients puts the saved exposure's client networks and local
+// forwards in force, and nothing else: call it before the resolver reads
+// a single query from sockets handed over (a restart, a handover), which
+// hold queries from those clients already; answered before, they would be
+// REFUSED.
+func (s *Server) ApplyClients() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg.Resolver.SetAllow(append(slices.Clone(s.cfg.StaticAllow), s.exposure.Allow...))
+	for _, f := range s.exposure.Forwards {
+		s.cfg.Resolver.SetLocalForward(f.Client, f.Zone, f.Server)
+	}
+}
+
 // Start applies the saved exposure: the resolver listens on every exposed
 // address it does not serve yet (those handed over from the previous
 // process it serves already), allows and forwards as saved.
@@ -175,6 +189,18 @@ func (s *Server) applyLocked(x Exposure) ExposureResult {
 	}
 	var added, removed []netip.AddrPort
 	failed := map[netip.AddrPort]string{}
+	// Clients and forwards before listening, both old and new until the
+	// old addresses are gone: no query is ever REFUSED, or forwarded
+	// elsewhere, for arriving in between.
+	srv.SetAllow(slices.Concat(s.cfg.StaticAllow, s.exposure.Allow, x.Allow))
+	old := map[forwardKey]bool{}
+	for _, f := range s.exposure.Forwards {
+		old[f.key()] = true
+	}
+	for _, f := range x.Forwards {
+		delete(old, f.key())
+		srv.SetLocalForward(f.Client, f.Zone, f.Server)
+	}
 	for _, a := range x.Listen {
 		if have[a] {
 			continue
@@ -188,18 +214,6 @@ func (s *Server) applyLocked(x Exposure) ExposureResult {
 		}
 		added = append(added, a)
 	}
-	srv.SetAllow(append(slices.Clone(s.cfg.StaticAllow), x.Allow...))
-	old := map[forwardKey]bool{}
-	for _, f := range s.exposure.Forwards {
-		old[f.key()] = true
-	}
-	for _, f := range x.Forwards {
-		delete(old, f.key())
-		srv.SetLocalForward(f.Client, f.Zone, f.Server)
-	}
-	for k := range old {
-		srv.SetLocalForward(k.client, k.zone, netip.AddrPort{})
-	}
 	for a := range have {
 		if want[a] {
 			continue
@@ -209,6 +223,10 @@ func (s *Server) applyLocked(x Exposure) ExposureResult {
 			continue
 		}
 		removed = append(removed, a)
+	}
+	srv.SetAllow(append(slices.Clone(s.cfg.StaticAllow), x.Allow...))
+	for k := range old {
+		srv.SetLocalForward(k.client, k.zone, netip.AddrPort{})
 	}
 	if !x.Equal(s.exposure) {
 		s.log.Info("exposure in force", "listen", x.Listen, "allow", x.Allow, "forwards", len(x.Forwards))
