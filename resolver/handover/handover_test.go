@@ -92,13 +92,16 @@ func TestHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	src.mu.Lock() // Prepare wrote keep, holding it
+	kept := keep
+	src.mu.Unlock()
 	for i, f := range files {
 		// The descriptor is the write end of the test's pipe i.
 		if _, err := f.File.Write([]byte{byte(i)}); err != nil {
 			t.Fatalf("file %d: %v", i, err)
 		}
 		var b [1]byte
-		if _, err := keep[i].Read(b[:]); err != nil || b[0] != byte(i) {
+		if _, err := kept[i].Read(b[:]); err != nil || b[0] != byte(i) {
 			t.Fatalf("file %d is not the pipe sent (%v, %d)", i, err, b[0])
 		}
 		f.File.Close()
