@@ -61,6 +61,7 @@ PODMAN ?= 4 5
 # otherwise disturb each other.
 test:
 	@set -euo pipefail; \
+	eval "$$(scripts/nats-up)"; \
 	go vet ./...; \
 	CGO_ENABLED=1 go test -race -count=1 -run '^$$' ./... >/dev/null; \
 	scripts/podman-tests $(PODMAN); \

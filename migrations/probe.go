@@ -116,6 +116,11 @@ type RunnerConfig struct {
 	Logger *slog.Logger
 	// Now is the clock of Result.At. Nil: time.Now.
 	Now func() time.Time
+	// Canary returns the address the resolver answers for the canary of
+	// nonce. Nil: resolver.CanaryAddress, right for a resolver in this
+	// process; a resolver in a process of its own is asked (its canary
+	// secret is its own), e.g. with resolver/control's Client.Canary.
+	Canary func(ctx context.Context, nonce string) (netip.Addr, error)
 }
 
 // Runner probes networks.
@@ -404,9 +409,16 @@ func (r *Runner) run(ctx context.Context, n Network, dns spec.DNSConfig) (probeO
 	if r.cfg.OutsideWant.IsValid() {
 		outsideWant = r.cfg.OutsideWant.String()
 	}
+	canary := resolver.CanaryAddress(nonce)
+	if r.cfg.Canary != nil {
+		var err error
+		if canary, err = r.cfg.Canary(ctx, nonce); err != nil {
+			return probeOutput{}, fmt.Errorf("asking the resolver for the canary's address: %w", err)
+		}
+	}
 	args := []string{
 		"-canary", resolver.CanaryName(nonce, r.cfg.Zone) + ".",
-		"-canary-want", resolver.CanaryAddress(nonce).String(),
+		"-canary-want", canary.String(),
 		"-outside", strings.TrimSuffix(r.cfg.Outside, ".") + ".",
 		"-outside-want", outsideWant,
 		"-timeout", "4s",

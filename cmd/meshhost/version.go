@@ -33,3 +33,4 @@ func runVersion(ctx context.Context, env *environment, args []string) (int, erro
 	fmt.Fprintf(env.stdout, "meshhost %s, digest %s\n", bi, info.Digest)
 	return 0, nil
 }
+

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
@@ -14,7 +15,7 @@ import (
 // TestPassLogFields: the lines of a pass, the reconciler's among them,
 // carry the field set every meshhost line uses: pass (its number),
 // declaration_generation, roster_generation and, for a container,
-// container; and a failed pass says so at error level, naming its pass.
+// container; and a failed pass is logged at error level, naming its pass.
 func TestPassLogFields(t *testing.T) {
 	var logs syncbuf.Buffer
 	log, err := logging.New(&logs, logging.Options{})
@@ -58,12 +59,24 @@ func TestPassLogFields(t *testing.T) {
 		}
 	}
 
+	// A failed pass: Run logs it at error level, with its number.
 	if _, err := f.source.Offer(declaration(5, spec.FlagOn, 2, 10), "test"); err != nil {
 		t.Fatal(err)
 	}
 	rt.armed.Store(true)
-	f.agent.Pass(context.Background())
-	if l := line("pass failed; the next one retries"); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, " pass=2 declaration_generation=5") {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.agent.Run(ctx); close(done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), "pass failed; retrying") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if l := line("pass failed; retrying"); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, " pass=2 ") {
 		t.Errorf("the failed pass's line: %s", l)
+	}
+	if l := line("the pass panicked; what was in force stays, and the next pass tries again"); !strings.Contains(l, " pass=2") || !strings.Contains(l, " declaration_generation=5") {
+		t.Errorf("the panic's line: %s", l)
 	}
 }

@@ -41,8 +41,8 @@ const (
 
 // Options say how New writes.
 type Options struct {
-	Format string     // Text (the default) or JSON
-	Level  slog.Level // the least severe level written
+	Format string       // Text (the default) or JSON
+	Level  slog.Leveler // the least severe level written (a *slog.LevelVar to change it later); nil: info
 	// Journal prefixes each line with its syslog priority and leaves the
 	// time out. New sets it for a stderr connected to the journal
 	// (Journald); set it to force it.
@@ -124,8 +124,14 @@ type Flags struct {
 
 // Register adds --log-format and --log-level to fs.
 func (f *Flags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.Format, "log-format", Text, "log line format: text or json (under systemd's journal, each line carries its priority either way)")
+	f.RegisterFormat(fs)
 	fs.StringVar(&f.Level, "log-level", "info", "least severe level logged: debug, info, warn or error")
+}
+
+// RegisterFormat adds --log-format alone to fs, for a command that has a
+// --log-level of its own.
+func (f *Flags) RegisterFormat(fs *flag.FlagSet) {
+	fs.StringVar(&f.Format, "log-format", Text, "log line format: text or json (under systemd's journal, each line carries its priority either way)")
 }
 
 // Logger returns the logger the flags ask for, writing to w (see New).
