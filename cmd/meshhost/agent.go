@@ -26,6 +26,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
+	"github.com/meshhost/meshhost/internal/plumbing/flagfile"
 	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
 	"github.com/meshhost/meshhost/internal/plumbing/procmetrics"
@@ -44,12 +45,20 @@ func init() {
 }
 
 func runAgent(ctx context.Context, env *environment, args []string) (int, error) {
+	return agentMain(ctx, env, args, nil)
+}
+
+// agentMain is `meshhost agent`. With checked set it stops once the flags,
+// the configuration file's among them, are read and checked, and passes
+// checked the file's keys applied (`meshhost config check`).
+func agentMain(ctx context.Context, env *environment, args []string, checked func(config string, keys []string)) (int, error) {
 	// First of all: a SIGHUP reloads, it never kills (its default action).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
 	fs := newFlagSet(env, "agent")
+	configPath := fs.String("config", "", "a configuration `FILE` (TOML) whose keys are this command's flags, e.g. /etc/meshhost/agent.toml; flags given here win over it; `meshhost config check` checks it")
 	declPath := fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes, and read again on SIGHUP")
 	natsURL := fs.String("source", "", "a NATS JetStream roster source, nats://HOST:4222 (see --nats-*): the roster and this machine's declaration are watched in its buckets")
 	natsOpts := addNATSFlags(fs)
@@ -82,6 +91,16 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	cache.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2, err
+	}
+	if fs.NArg() > 0 {
+		return 2, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var applied []string
+	if *configPath != "" {
+		var err error
+		if applied, err = flagfile.Apply(fs, *configPath, "config"); err != nil {
+			return 2, err
+		}
 	}
 	var level slog.LevelVar
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -128,6 +147,10 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	logger, err := logging.New(env.stderr, logging.Options{Format: logFlags.Format, Level: &level})
 	if err != nil {
 		return 2, fmt.Errorf("--log-format: %w", err)
+	}
+	if checked != nil {
+		checked(*configPath, applied)
+		return 0, nil
 	}
 	logger.Info("meshhost agent starting", "version", buildinfo.Get().Version, "resolver", *resolverAt, "runtime", *runtimeKind)
 	dir := statedir.New(*stateDir)
