@@ -33,4 +33,3 @@ func runVersion(ctx context.Context, env *environment, args []string) (int, erro
 	fmt.Fprintf(env.stdout, "meshhost %s, digest %s\n", bi, info.Digest)
 	return 0, nil
 }
-

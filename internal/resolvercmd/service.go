@@ -23,7 +23,6 @@ import (
 	"github.com/meshhost/meshhost/resolver/handover"
 )
 
-
 // Names of the files a resolver hands over and keeps in systemd's store.
 const (
 	fileControl  = "control"
