@@ -88,6 +88,30 @@ func TestJournalPriorities(t *testing.T) {
 			}
 		})
 	}
+	// The line the binary writes itself when it ends with an error.
+	t.Run("exit", func(t *testing.T) {
+		logPath := filepath.Join(dir, "stderr-exit")
+		logf, err := os.Create(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer logf.Close()
+		var st syscall.Stat_t
+		if err := syscall.Fstat(int(logf.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "--roster", filepath.Join(dir, "missing", "roster.json"), "--listen", dnstest.FreePort(t).String(), "--upstream", "127.0.0.1:9")
+		cmd.Stderr = logf
+		cmd.Env = append(os.Environ(), fmt.Sprintf("JOURNAL_STREAM=%d:%d", st.Dev, st.Ino))
+		if err := cmd.Run(); err == nil {
+			t.Fatal("meshhost-resolver with a missing roster exited 0")
+		}
+		b, _ := os.ReadFile(logPath)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if last := lines[len(lines)-1]; !strings.HasPrefix(last, "<3>meshhost-resolver: ") {
+			t.Errorf("the last line of a failed start = %q, want it at priority 3", last)
+		}
+	})
 	t.Run("redirected", func(t *testing.T) {
 		good(t)
 		logPath := filepath.Join(dir, "stderr-redirected")

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
+	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/resolvercmd"
 )
 
@@ -30,7 +31,7 @@ func main() {
 		os.Exit(0)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "meshhost-resolver: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%smeshhost-resolver: %v\n", logging.ErrorPrefix(os.Stderr, os.Getenv), err)
 		if code == 0 {
 			code = 1
 		}

@@ -102,6 +102,17 @@ func Journald(f *os.File, getenv func(string) string) bool {
 	return ok && uint64(st.Dev) == d && st.Ino == i
 }
 
+// ErrorPrefix returns "<3>" when w is the process's stderr connected to
+// systemd's journal (Journald), "" otherwise: the prefix of the one line a
+// command writes itself, not through a logger, when it ends with an error,
+// so that `journalctl -p err` shows why a service stopped too.
+func ErrorPrefix(w io.Writer, getenv func(string) string) string {
+	if f, ok := w.(*os.File); ok && Journald(f, getenv) {
+		return "<3>"
+	}
+	return ""
+}
+
 // Priority returns the syslog priority of level l: 3 (err) from Error up,
 // 4 (warning) from Warn, 6 (info) from Info, 7 (debug) below.
 func Priority(l slog.Level) int {
