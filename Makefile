@@ -11,15 +11,32 @@ export GOFLAGS := -tags=$(TAGS)
 
 FUZZTIME ?= 30s
 
-.PHONY: test vet demo fuzz fuzz-short build
+# VERSION is the tree's `git describe` (scripts/version); every binary is
+# stamped with it and the commit (meshhost version, meshhost_build_info).
+VERSION ?= $(shell scripts/version)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILDINFO := github.com/meshhost/meshhost/internal/plumbing/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)
+
+.PHONY: test vet demo fuzz fuzz-short build deb release-tests
 
 # build: meshhost; meshhost-resolver (`meshhost resolver` without the podman
 # client, for running the resolver alone); and the static probe binary the
 # migration gate imports into its probe image (no libc there: CGO_ENABLED=0).
 build:
-	CGO_ENABLED=0 go build -o bin/meshhost ./cmd/meshhost
-	CGO_ENABLED=0 go build -o bin/meshhost-resolver ./cmd/meshhost-resolver
-	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/meshprobe ./cmd/meshprobe
+	CGO_ENABLED=0 go build -ldflags='$(LDFLAGS)' -o bin/meshhost ./cmd/meshhost
+	CGO_ENABLED=0 go build -ldflags='$(LDFLAGS)' -o bin/meshhost-resolver ./cmd/meshhost-resolver
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w $(LDFLAGS)' -o bin/meshprobe ./cmd/meshprobe
+
+# deb: dist/meshhost_VERSION_amd64.deb, its binaries static, stripped and
+# stamped (scripts/deb; `make deb VERSION=v1.2.4` names the build).
+deb:
+	VERSION=$(VERSION) COMMIT=$(COMMIT) scripts/deb
+
+# release-tests: the alert rules' unit tests (promtool) and the package
+# installed, upgraded and purged on this machine (scripts/release-tests).
+release-tests:
+	@scripts/release-tests
 
 # demo: the incident replayed on the embedded in-memory runtime (no podman).
 # CGO_ENABLED=0, as meshhost is built: no C toolchain or headers needed.
@@ -48,6 +65,7 @@ test:
 	go vet ./...; \
 	CGO_ENABLED=1 go test -race -count=1 -run '^$$' ./... >/dev/null; \
 	scripts/podman-tests $(PODMAN); \
+	scripts/release-tests; \
 	$(MAKE) --no-print-directory fuzz-short
 
 # fuzz: each fuzz target for FUZZTIME (default 30s); fuzz-short is CI's brief run.

@@ -13,6 +13,7 @@ type metrics struct {
 	failing *prometheus.GaugeVec
 	resolve *prometheus.GaugeVec
 	probes  *prometheus.CounterVec
+	paused  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -29,11 +30,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meshhost_migrations_probes_total",
 			Help: "Network reachability probes recorded, by result.",
 		}, []string{"result"}),
+		paused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_migrations_paused",
+			Help: "1 while the migration is paused (meshhost migrate pause): no container changes its name mode.",
+		}),
 	}
 	m.probes.WithLabelValues("pass") // both results at 0 from the start
 	m.probes.WithLabelValues("fail")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.failing, m.resolve, m.probes} {
+		for _, c := range []prometheus.Collector{m.failing, m.resolve, m.probes, m.paused} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -55,6 +60,7 @@ func (m *metrics) probe(pass bool) {
 
 // set publishes the state of every network.
 func (m *metrics) set(s *State) {
+	m.paused.Set(b2f(s.Paused))
 	m.failing.Reset()
 	m.resolve.Reset()
 	for name, ns := range s.Networks {

@@ -251,7 +251,7 @@ func (r *Runner) probeNetwork(ctx context.Context, n Network, prefer Strategy, v
 		res.Strategy, res.Latency, res.Duration = s, a.Latency, a.Duration
 		if a.Pass {
 			res.Pass, res.Reason, res.DNS = true, a.Reason, dns
-			r.log.Info("probe passed", "network", n.Name, "kind", kind, "strategy", s, "latency", a.Latency)
+			r.log.InfoContext(ctx, "probe passed", "network", n.Name, "kind", kind, "strategy", s, "latency", a.Latency)
 			return res
 		}
 		reasons = append(reasons, string(s)+": "+a.Reason)
@@ -260,7 +260,7 @@ func (r *Runner) probeNetwork(ctx context.Context, n Network, prefer Strategy, v
 		}
 	}
 	res.Reason = strings.Join(reasons, "; ")
-	r.log.Warn("probe failed", "network", n.Name, "kind", kind, "reason", res.Reason)
+	r.log.WarnContext(ctx, "probe failed", "network", n.Name, "kind", kind, "reason", res.Reason)
 	return res
 }
 
@@ -326,7 +326,7 @@ func (r *Runner) Sweep(ctx context.Context) []string {
 	age := max(UnownedProbeAge, 2*r.cfg.Timeout+time.Minute)
 	removed, err := sweepProbes(ctx, r.cfg.Runtime, r.cfg.Owner, age, spare, time.Now(), r.log) // podman's clock, not Result.At's
 	if err != nil {
-		r.log.Warn("sweeping probe containers left behind", "err", err)
+		r.log.WarnContext(ctx, "sweeping probe containers left behind", "err", err)
 	}
 	return removed
 }

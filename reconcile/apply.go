@@ -44,6 +44,7 @@ func (r *Reconciler) Apply(ctx context.Context, p *Plan) (*Result, error) {
 	res.Duration = r.now().Sub(start)
 	r.metrics.passDuration.Observe(res.Duration.Seconds())
 	r.metrics.budgetUsed.Set(float64(len(r.BudgetUsed())))
+	r.metrics.pending.WithLabelValues(PendingBudget).Set(float64(res.Deferred))
 	return res, res.Err()
 }
 
@@ -119,19 +120,19 @@ func (r *Reconciler) run(ctx context.Context, res *Result) {
 			o := &res.Outcomes[i]
 			ch, ok := done[o.Name]
 			if !ok {
-				r.finish(o, nil) // nothing to do: don't take a slot
+				r.finish(ctx, o, nil) // nothing to do: don't take a slot
 				continue
 			}
 			g.Go(func() error {
 				defer close(ch)
 				if err := r.waitFor(ctx, o, done, failed); err != nil {
-					r.finish(o, err)
+					r.finish(ctx, o, err)
 					return nil
 				}
 				began := r.now()
-				err := r.safely(fmt.Sprintf("%s %q", o.Kind, o.Name), func() error { return r.do(ctx, o, needHealthy[o.Name]) })
+				err := r.safely(ctx, fmt.Sprintf("%s %q", o.Kind, o.Name), func() error { return r.do(ctx, o, needHealthy[o.Name]) })
 				o.Duration = r.now().Sub(began)
-				r.finish(o, err)
+				r.finish(ctx, o, err)
 				return nil
 			})
 		}
@@ -144,11 +145,11 @@ func (r *Reconciler) run(ctx context.Context, res *Result) {
 // (meshhost_reconcile_panics_total): nothing could recover it on that
 // goroutine, and the process, every other action of the pass with it,
 // would die.
-func (r *Reconciler) safely(what string, f func() error) (err error) {
+func (r *Reconciler) safely(ctx context.Context, what string, f func() error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			r.metrics.panics.Inc()
-			r.log.Error("recovered from a panic", "in", what, "panic", v, "stack", string(debug.Stack()))
+			r.log.ErrorContext(ctx, "recovered from a panic", "in", what, "panic", v, "stack", string(debug.Stack()))
 			err = fmt.Errorf("%s: panicked: %v", what, v)
 		}
 	}()
@@ -175,8 +176,10 @@ func (r *Reconciler) waitFor(ctx context.Context, o *Outcome, done map[string]ch
 	return ctx.Err()
 }
 
-// finish logs and counts one outcome.
-func (r *Reconciler) finish(o *Outcome, err error) {
+// finish logs and counts one outcome. Its lines are logged with the
+// pass's context, so a handler may add what the context carries (the
+// agent's pass, say).
+func (r *Reconciler) finish(ctx context.Context, o *Outcome, err error) {
 	o.Err = err
 	attrs := []any{"container", o.Name, "kind", string(o.Kind), "reason", o.Reason, "duration", o.Duration}
 	if o.NewID != "" {
@@ -185,11 +188,11 @@ func (r *Reconciler) finish(o *Outcome, err error) {
 	switch {
 	case err != nil:
 		r.metrics.errors.WithLabelValues(string(o.Kind)).Inc()
-		r.log.Error("reconcile action failed", append(attrs, "err", err)...)
+		r.log.ErrorContext(ctx, "reconcile action failed", append(attrs, "err", err)...)
 	case o.unsaved:
-		r.log.Error("replacement deferred: its charge to the budget could not be saved; it goes ahead once a save succeeds", attrs...)
+		r.log.ErrorContext(ctx, "replacement deferred: its charge to the budget could not be saved; it goes ahead once a save succeeds", attrs...)
 	case o.Deferred:
-		r.log.Warn("replacement deferred: budget spent", append(attrs, "budget", fmt.Sprintf("%d per %v", r.cfg.Budget.Max, r.cfg.Budget.Window))...)
+		r.log.WarnContext(ctx, "replacement deferred: budget spent", append(attrs, "budget", fmt.Sprintf("%d per %v", r.cfg.Budget.Max, r.cfg.Budget.Window))...)
 	default:
 		r.metrics.actions.WithLabelValues(string(o.Kind)).Inc()
 		if o.Kind == Replace || o.Kind == Resume {
@@ -199,7 +202,7 @@ func (r *Reconciler) finish(o *Outcome, err error) {
 		if o.Kind == Keep {
 			level = slog.LevelDebug
 		}
-		r.log.Log(context.Background(), level, "reconcile action", attrs...)
+		r.log.Log(ctx, level, "reconcile action", attrs...)
 	}
 }
 

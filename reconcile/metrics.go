@@ -16,7 +16,20 @@ type metrics struct {
 	deferred     prometheus.Counter
 	passDuration prometheus.Histogram
 	panics       prometheus.Counter
+	pending      *prometheus.GaugeVec // by PendingReason
+	budgetLimit  prometheus.Gauge
+	budgetWindow prometheus.Gauge
 }
+
+// Reasons a replacement is pending, the values of
+// meshhost_reconcile_replacements_pending's reason label.
+const (
+	// PendingBudget: deferred by the last pass because the budget was spent.
+	PendingBudget = "budget"
+	// PendingHeld: held back before Apply by whoever plans the pass (the
+	// agent's blast-radius hold), reported with Reconciler.ReportHeld.
+	PendingHeld = "held"
+)
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -49,16 +62,33 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meshhost_reconcile_panics_total",
 			Help: "Actions and inspections that panicked (a bug); each failed the action alone, with the panic as its error.",
 		}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meshhost_reconcile_replacements_pending",
+			Help: "Replacements the last pass wanted and did not begin, by reason: budget (deferred, the budget was spent) or held (a hold waits for an operator).",
+		}, []string{"reason"}),
+		budgetLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_reconcile_budget_limit",
+			Help: "Replacements the budget allows to begin within a window (--budget).",
+		}),
+		budgetWindow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_reconcile_budget_window_seconds",
+			Help: "The replacement budget's window (--budget-window).",
+		}),
 	}
-	// Every kind at 0 from the start, so a dashboard never shows "no data".
+	// Every kind and reason at 0 from the start, so a dashboard never shows
+	// "no data".
 	for _, k := range kinds {
 		m.actions.WithLabelValues(string(k))
 		m.errors.WithLabelValues(string(k))
 	}
+	for _, r := range []string{PendingBudget, PendingHeld} {
+		m.pending.WithLabelValues(r)
+	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.actions, m.errors, m.replacements, m.budgetUsed, m.deferred, m.passDuration, m.panics} {
+	for _, c := range []prometheus.Collector{m.actions, m.errors, m.replacements, m.budgetUsed, m.deferred, m.passDuration, m.panics,
+		m.pending, m.budgetLimit, m.budgetWindow} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("reconcile: registering metrics (one Reconciler per Registerer): %w", err)
 		}

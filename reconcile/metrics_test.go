@@ -56,12 +56,15 @@ func TestMetricsAndLogs(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		"meshhost_reconcile_actions_total{kind=create}":  2,
-		"meshhost_reconcile_actions_total{kind=replace}": 1,
-		"meshhost_reconcile_budget_used":                 1,
-		"meshhost_reconcile_deferred_total":              1,
-		"meshhost_reconcile_replacements_total":          1,
-		"meshhost_reconcile_pass_duration_seconds_count": 2,
+		"meshhost_reconcile_actions_total{kind=create}":          2,
+		"meshhost_reconcile_actions_total{kind=replace}":         1,
+		"meshhost_reconcile_budget_used":                         1,
+		"meshhost_reconcile_deferred_total":                      1,
+		"meshhost_reconcile_replacements_total":                  1,
+		"meshhost_reconcile_pass_duration_seconds_count":         2,
+		"meshhost_reconcile_budget_limit":                        1,
+		"meshhost_reconcile_budget_window_seconds":               3600,
+		"meshhost_reconcile_replacements_pending{reason=budget}": 1,
 	}
 	for name, v := range got {
 		if v == 0 {
@@ -79,9 +82,70 @@ func TestMetricsAndLogs(t *testing.T) {
 			}
 		}
 	}
+	for _, r := range []string{"budget", "held"} {
+		if name := "meshhost_reconcile_replacements_pending{reason=" + r + "}"; !labelled[name] {
+			t.Errorf("%s is not pre-initialised", name)
+		}
+	}
 	for _, want := range []string{`container=a kind=replace reason="image: img:1 -> img:2"`, "replacement deferred", "duration="} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("logs lack %q:\n%s", want, logs.String())
 		}
+	}
+}
+
+// TestReplacementsPending: meshhost_reconcile_replacements_pending says
+// how many replacements the last pass left to the budget (back to 0 once
+// they began) and how many are held (ReportHeld).
+func TestReplacementsPending(t *testing.T) {
+	rt := memory.New(memory.Options{})
+	reg := prometheus.NewRegistry()
+	clock := newClock()
+	r := newReconciler(t, rt, func(c *reconcile.Config) {
+		c.Registerer = reg
+		c.Now = clock.Now
+		c.Budget = reconcile.Budget{Max: 1, Window: time.Minute}
+	})
+	pending := func(reason string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "meshhost_reconcile_replacements_pending" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == reason {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		t.Fatalf("no meshhost_reconcile_replacements_pending{reason=%q}", reason)
+		return 0
+	}
+	cs := []spec.Container{container("a", "img:1"), container("b", "img:1"), container("c", "img:1")}
+	mustReconcile(t, r, renderAll(t, cs, nil, resolveMode))
+	if got := pending("budget"); got != 0 {
+		t.Errorf("after creating three: budget pending %v, want 0 (creating is never charged)", got)
+	}
+	for i := range cs {
+		cs[i].Image = "img:2"
+	}
+	for i, want := range []float64{2, 1, 0} {
+		mustReconcile(t, r, renderAll(t, cs, nil, resolveMode))
+		if got := pending("budget"); got != want {
+			t.Errorf("pass %d of the new image: budget pending %v, want %v", i+1, got, want)
+		}
+		clock.Advance(time.Minute)
+	}
+	r.ReportHeld(4)
+	if got := pending("held"); got != 4 {
+		t.Errorf("after ReportHeld(4): held pending %v, want 4", got)
+	}
+	r.ReportHeld(0)
+	if got := pending("held"); got != 0 {
+		t.Errorf("after ReportHeld(0): held pending %v, want 0", got)
 	}
 }

@@ -77,7 +77,7 @@ func (r *Reconciler) inspectAll(ctx context.Context, ids []string) (map[string]I
 	g.SetLimit(r.cfg.Concurrency)
 	for i, id := range ids {
 		g.Go(func() error {
-			return r.safely("inspecting "+id, func() error {
+			return r.safely(ctx, "inspecting "+id, func() error {
 				ins, err := r.rt.Inspect(ctx, id)
 				if err != nil {
 					return fmt.Errorf("planning: inspecting container %s to compare it field by field: %w", id, err)

@@ -123,5 +123,15 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	r.state.init(cfg)
 	m.budgetUsed.Set(float64(len(r.BudgetUsed())))
+	m.budgetLimit.Set(float64(cfg.Budget.Max))
+	m.budgetWindow.Set(cfg.Budget.Window.Seconds())
 	return r, nil
+}
+
+// ReportHeld publishes n replacements held back before Apply by whoever
+// plans the pass (the agent's blast-radius hold), in
+// meshhost_reconcile_replacements_pending{reason="held"}, next to those
+// the budget deferred; 0 once nothing is held.
+func (r *Reconciler) ReportHeld(n int) {
+	r.metrics.pending.WithLabelValues(PendingHeld).Set(float64(n))
 }

@@ -72,7 +72,7 @@ func (r *Reconciler) rename(ctx context.Context, id, name string) error {
 	case ierr != nil:
 		return errors.Join(err, fmt.Errorf("inspecting it to learn its name: %w", ierr))
 	case ins.Name == name:
-		r.log.Warn("a rename reported a failure but took effect; going on", "container", name, "id", id, "err", err)
+		r.log.WarnContext(ctx, "a rename reported a failure but took effect; going on", "container", name, "id", id, "err", err)
 		return nil
 	}
 	return err

@@ -152,7 +152,9 @@ func (c *queryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.queriesD
 func (c *queryCollector) Collect(ch chan<- prometheus.Metric) {
 	for qi := range c.queries {
 		for r := range c.queries[qi] {
-			if v := c.queries[qi][r].Load(); v > 0 {
+			// The named response codes are exported at 0 too, so that a
+			// dashboard's SERVFAIL or REFUSED rate is 0, not "no data".
+			if v := c.queries[qi][r].Load(); v > 0 || rcodeLabels[r] != "" {
 				ch <- prometheus.MustNewConstMetric(c.queriesDesc, prometheus.CounterValue, float64(v), qtypeLabels[qi], rcodeLabel(r))
 			}
 		}

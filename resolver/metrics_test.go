@@ -24,6 +24,15 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("before any query, %s = %v (present: %v), want 0", name, v, ok)
 		}
 	}
+	// Queries by the named response codes too, for every question type.
+	for _, qtype := range qtypeLabels {
+		for _, rcode := range []string{"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED"} {
+			key := "meshhost_resolver_queries_total,qtype=" + qtype + ",rcode=" + rcode
+			if v, ok := initial[key]; !ok || v != 0 {
+				t.Errorf("before any query, %s = %v (present: %v), want 0", key, v, ok)
+			}
+		}
+	}
 	for _, q := range []struct {
 		name  string
 		qtype uint16

@@ -109,7 +109,7 @@ func New(cfg Config) (*Server, error) {
 			}
 			s.table.Store(t)
 			s.metrics.generation.Set(float64(t.gen))
-			s.log.Info("serving saved roster", "path", cfg.StatePath, "generation", t.gen, "names", len(r.Names))
+			s.log.Info("serving saved roster", "path", cfg.StatePath, "roster_generation", t.gen, "names", len(r.Names))
 		}
 	}
 

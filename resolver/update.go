@@ -61,7 +61,7 @@ func (s *Server) Update(r *spec.Roster) error {
 	took := time.Since(start)
 	s.metrics.swap.Observe(took.Seconds())
 	s.metrics.generation.Set(float64(t.gen))
-	s.log.Info("roster swapped in", "generation", t.gen, "names", len(r.Names), "took", took)
+	s.log.Info("roster swapped in", "roster_generation", t.gen, "names", len(r.Names), "took", took)
 
 	if s.cfg.StatePath != "" {
 		if err := s.safely(r.Generation, "saving", func() error { return saveState(s.cfg.StatePath, t, s.Busy) }); err != nil {
@@ -77,7 +77,7 @@ func (s *Server) safely(gen uint64, step string, f func() error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			s.metrics.swapPanics.Inc()
-			s.log.Error("a roster swap panicked; the roster served stays", "generation", gen, "step", step, "panic", v, "stack", string(debug.Stack()))
+			s.log.Error("a roster swap panicked; the roster served stays", "roster_generation", gen, "step", step, "panic", v, "stack", string(debug.Stack()))
 			err = fmt.Errorf("%s the roster panicked: %v", step, v)
 		}
 	}()

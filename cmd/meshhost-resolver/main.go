@@ -14,10 +14,16 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
+	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/resolvercmd"
 )
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println("meshhost-resolver " + buildinfo.Get().String())
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code, err := resolvercmd.Run(ctx, "meshhost-resolver", os.Stderr, os.Args[1:])
 	stop()
@@ -25,7 +31,7 @@ func main() {
 		os.Exit(0)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "meshhost-resolver: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%smeshhost-resolver: %v\n", logging.ErrorPrefix(os.Stderr, os.Getenv), err)
 		if code == 0 {
 			code = 1
 		}

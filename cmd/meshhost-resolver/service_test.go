@@ -43,7 +43,7 @@ func buildResolver(t *testing.T, version string) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "meshhost-resolver")
-	cmd := exec.Command("go", "build", "-o", bin, "-ldflags", "-X github.com/meshhost/meshhost/internal/resolvercmd.Version="+version, ".")
+	cmd := exec.Command("go", "build", "-o", bin, "-ldflags", "-X github.com/meshhost/meshhost/internal/plumbing/buildinfo.version="+version, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

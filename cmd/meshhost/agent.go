@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshhost/meshhost/internal/agent"
@@ -27,7 +25,11 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
+	"github.com/meshhost/meshhost/internal/plumbing/flagfile"
+	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
+	"github.com/meshhost/meshhost/internal/plumbing/procmetrics"
 	"github.com/meshhost/meshhost/internal/resolvercmd"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
@@ -43,12 +45,20 @@ func init() {
 }
 
 func runAgent(ctx context.Context, env *environment, args []string) (int, error) {
+	return agentMain(ctx, env, args, nil)
+}
+
+// agentMain is `meshhost agent`. With checked set it stops once the flags,
+// the configuration file's among them, are read and checked, and passes
+// checked the file's keys applied (`meshhost config check`).
+func agentMain(ctx context.Context, env *environment, args []string, checked func(config string, keys []string)) (int, error) {
 	// First of all: a SIGHUP reloads, it never kills (its default action).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
 	fs := newFlagSet(env, "agent")
+	configPath := fs.String("config", "", "a configuration `FILE` (TOML) whose keys are this command's flags, e.g. /etc/meshhost/agent.toml; flags given here win over it; `meshhost config check` checks it")
 	declPath := fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes, and read again on SIGHUP")
 	natsURL := fs.String("source", "", "a NATS JetStream roster source, nats://HOST:4222 (see --nats-*): the roster and this machine's declaration are watched in its buckets")
 	natsOpts := addNATSFlags(fs)
@@ -69,6 +79,8 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	probeOutside := fs.String("probe-outside", "", "a name outside the mesh the probe must resolve through the resolver's forwarding, as NAME or NAME=ADDR; required before any network can switch to the resolver")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logLevelFile := fs.String("log-level-file", "", "a `FILE` holding the log level (debug, info, warn or error), read at start and on SIGHUP; it overrides --log-level")
+	var logFlags logging.Flags
+	logFlags.RegisterFormat(fs)
 	var upstreams netflag.Upstreams
 	var listens netflag.AddrPorts
 	var allow netflag.Prefixes
@@ -79,6 +91,16 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	cache.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2, err
+	}
+	if fs.NArg() > 0 {
+		return 2, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var applied []string
+	if *configPath != "" {
+		var err error
+		if applied, err = flagfile.Apply(fs, *configPath, "config"); err != nil {
+			return 2, err
+		}
 	}
 	var level slog.LevelVar
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -122,14 +144,20 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 			return 2, errors.New("no podman socket: pass --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
 		}
 	}
-	logger := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: &level}))
-	logger.Info("meshhost agent starting", "version", buildVersion(), "resolver", *resolverAt, "runtime", *runtimeKind)
+	logger, err := logging.New(env.stderr, logging.Options{Format: logFlags.Format, Level: &level})
+	if err != nil {
+		return 2, fmt.Errorf("--log-format: %w", err)
+	}
+	if checked != nil {
+		checked(*configPath, applied)
+		return 0, nil
+	}
+	logger.Info("meshhost agent starting", "version", buildinfo.Get().Version, "resolver", *resolverAt, "runtime", *runtimeKind)
 	dir := statedir.New(*stateDir)
 	if err := dir.Create(); err != nil {
 		return 1, err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := procmetrics.NewRegistry() // with meshhost_build_info
 	depUp := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "meshhost_agent_dependency_up",
 		Help: "1 while a dependency answers the agent: podman (its API; asked every 10s once connected) and resolver (its control socket, asked every second; or the embedded one).",
@@ -175,7 +203,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 			}
 		}
 		if r := srv.Roster(); r != nil {
-			logger.Info("serving the saved roster", "generation", r.Generation, "names", len(r.Names))
+			logger.Info("serving the saved roster", "roster_generation", r.Generation, "names", len(r.Names))
 		}
 		res, exposeTo, busy, static = srv, srv, srv.Busy, srv.Listeners()
 		depUp.WithLabelValues("resolver").Set(1)
@@ -293,7 +321,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 			return 1, fmt.Errorf("--http: %w", err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", procmetrics.Handler(reg))
 		// None of these waits for a pass in progress, nor on a socket.
 		waitingHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/livez" {

@@ -25,11 +25,12 @@ import (
 // lo: neither the production default nor another test's.
 const contNodeLocal = "169.254.53.79"
 
-// contBuild builds a command of this module stamped with version.
-func contBuild(t *testing.T, pkg, name, version, stamp string) string {
+// contBuild builds a command of this module stamped with version, as
+// make build stamps it (internal/plumbing/buildinfo).
+func contBuild(t *testing.T, pkg, name, version string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command("go", "build", "-o", bin, "-ldflags", "-X "+stamp+"="+version, pkg)
+	cmd := exec.Command("go", "build", "-o", bin, "-ldflags", "-X github.com/meshhost/meshhost/internal/plumbing/buildinfo.version="+version, pkg)
 	cmd.Env = append(os.Environ(), "GOFLAGS="+fltTags, "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building %s %s: %v\n%s", name, version, err, out)
@@ -192,10 +193,10 @@ func TestDisruptiveDNSContinuity(t *testing.T) {
 		t.Fatal(err)
 	}
 	probe := buildMeshprobe(t, h)
-	agentV1 := contBuild(t, ".", "meshhost", "v1", "main.version")
-	agentV2 := contBuild(t, ".", "meshhost", "v2", "main.version")
-	resolverV1 := contBuild(t, "../meshhost-resolver", "meshhost-resolver", "v1", "github.com/meshhost/meshhost/internal/resolvercmd.Version")
-	resolverV2 := contBuild(t, "../meshhost-resolver", "meshhost-resolver", "v2", "github.com/meshhost/meshhost/internal/resolvercmd.Version")
+	agentV1 := contBuild(t, ".", "meshhost", "v1")
+	agentV2 := contBuild(t, ".", "meshhost", "v2")
+	resolverV1 := contBuild(t, "../meshhost-resolver", "meshhost-resolver", "v1")
+	resolverV2 := contBuild(t, "../meshhost-resolver", "meshhost-resolver", "v2")
 
 	run, err := os.MkdirTemp("", "mhcont-") // short: socket paths have a length limit
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/reconcile"
 )
 
@@ -77,6 +78,9 @@ func run(ctx context.Context, env *environment, args []string) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"}
+	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(env.stderr, "meshhost: unknown command %q\n\n", args[0])
@@ -88,7 +92,7 @@ func run(ctx context.Context, env *environment, args []string) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(env.stderr, "meshhost %s: %v\n", c.name, err)
+		fmt.Fprintf(env.stderr, "%smeshhost %s: %v\n", logging.ErrorPrefix(env.stderr, env.getenv), c.name, err)
 		if code == 0 {
 			code = 1
 		}

@@ -4,10 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/meshhost/meshhost/digest"
+	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
 )
 
 func init() {
@@ -20,31 +19,17 @@ func runVersion(ctx context.Context, env *environment, args []string) (int, erro
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
-	version := buildVersion()
+	bi := buildinfo.Get() // stamped by make build and make deb
 	info := struct {
 		Version string   `json:"version"`
+		Commit  string   `json:"commit"`
 		Go      string   `json:"go"`
 		Digest  string   `json:"digest_version"`
 		Digests []string `json:"digest_versions_understood"`
-	}{version, runtime.Version(), digest.Current, digest.Versions()}
+	}{bi.Version, bi.Commit, bi.Go, digest.Current, digest.Versions()}
 	if *output == "json" {
 		return 0, json.NewEncoder(env.stdout).Encode(info)
 	}
-	fmt.Fprintf(env.stdout, "meshhost %s (%s), digest %s\n", info.Version, info.Go, info.Digest)
+	fmt.Fprintf(env.stdout, "meshhost %s, digest %s\n", bi, info.Digest)
 	return 0, nil
-}
-
-// version is stamped by a build that names its version:
-// go build -ldflags "-X main.version=V".
-var version string
-
-// buildVersion is the stamped version, else the module's, else (devel).
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }

@@ -21,6 +21,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
 )
 
 // check is one name to resolve and what must come back.
@@ -53,8 +55,13 @@ func main() {
 		peer        = flag.String("peer", "", "a container `name` on the same network (aardvark-dns), as a container would ask for it")
 		peerWant    = flag.String("peer-want", "self", "the `address` the peer must resolve to, or self (the probe's own addresses) or any")
 		timeout     = flag.Duration("timeout", 4*time.Second, "bound on each lookup")
+		version     = flag.Bool("version", false, "print the build and exit")
 	)
 	flag.Parse()
+	if *version {
+		fmt.Println("meshprobe " + buildinfo.Get().String())
+		return
+	}
 	if *canary == "" || *canaryWant == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: meshprobe -canary NAME -canary-want ADDR [-outside NAME [-outside-want ADDR|any]] [-peer NAME [-peer-want ADDR|self|any]]")
 		os.Exit(2)

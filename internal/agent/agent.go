@@ -41,6 +41,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/rosterguard"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/migrations"
@@ -151,6 +152,7 @@ type Agent struct {
 	// mu serializes passes, and guards the fields below: a pass holds it
 	// from start to end, so only functions named ...Locked touch them.
 	mu          sync.Mutex
+	passes      atomic.Uint64 // passes begun: the last one's number (the pass log field)
 	prober      Prober
 	proberErr   error        // why no prober could be made; logged when it changes
 	applied     uint64       // declaration generation last recorded in the journal
@@ -241,7 +243,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if _, err := a.Pass(ctx); err != nil && ctx.Err() == nil {
 			failures++
 			wait = RetryWait(a.cfg.RetryMin, a.cfg.Interval, failures)
-			a.log.Error("pass failed; retrying", "in", wait, "failures_in_a_row", failures, "err", err)
+			a.log.Error("pass failed; retrying", "pass", a.passes.Load(), "in", wait, "failures_in_a_row", failures, "err", err)
 		} else {
 			failures, wait = 0, a.cfg.Interval
 		}
@@ -273,15 +275,20 @@ func RetryWait(min, max time.Duration, n int) time.Duration {
 // at all; the reconciler's actions stop where they were, each crash-safe),
 // the agent keeps serving, and the next pass tries again, instead of a
 // process that dies at every start on a declaration it saved.
+//
+// Every line the pass logs, the reconciler's among them, names it: the
+// pass's number (field pass), and its declaration's generation and roster's
+// generation once known, are in its context (logging.WithAttrs). Run logs
+// a failed pass, with its number.
 func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	start := time.Now()
+	ctx = logging.WithAttrs(ctx, "pass", a.passes.Add(1))
 	defer func() {
 		if v := recover(); v != nil {
-			err = a.recovered("the pass", v)
+			err = a.recovered(ctx, "the pass", v)
 		}
-		a.metrics.pass(err, time.Since(start))
 		st := &status{at: time.Now(), err: err, report: a.status.Load().report, exposed: a.exposedLocked()}
 		if rep != nil {
 			rep.Duration = time.Since(start)
@@ -293,6 +300,9 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 				}
 			}
 		}
+		// A pass whose state could not be saved after it has not succeeded:
+		// the same verdict as Health's.
+		a.metrics.pass(st.err, time.Since(start), time.Now())
 		a.status.Store(st)
 	}()
 	decl, origin := a.cfg.Source.Current()
@@ -300,6 +310,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		return nil, nil // nothing declared yet: serve the saved roster, touch nothing
 	}
 	rep = &Report{Generation: decl.Generation, Modes: map[string]string{}}
+	ctx = logging.WithAttrs(ctx, "declaration_generation", decl.Generation)
 
 	// 0. The declaration in force is saved before anything acts on it, so
 	// an agent killed mid-pass resumes toward it, not toward an older one
@@ -312,11 +323,12 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	}
 
 	// 1. The roster reaches the resolver first; no container is touched.
-	roster, unsaved, err := a.rosterInForceLocked(decl.Roster)
+	roster, unsaved, err := a.rosterInForceLocked(ctx, decl.Roster)
 	if err != nil {
 		return rep, err
 	}
 	rep.RosterGeneration = roster.Generation
+	ctx = logging.WithAttrs(ctx, "roster_generation", roster.Generation)
 	if a.heldRoster != nil {
 		rep.RosterHeld = a.heldRoster.Error()
 	}
@@ -346,22 +358,22 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	}
 	res, err := a.cfg.Reconciler.Apply(ctx, c.Plan)
 	rep.Result = res
-	a.recordPass(decl.Generation, res)
+	a.recordPass(ctx, decl.Generation, res)
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
 	}
 
 	// 4. Remember what was applied.
-	a.recordDeclarationLocked(decl, origin)
+	a.recordDeclarationLocked(ctx, decl, origin)
 	a.metrics.declaration.Set(float64(decl.Generation))
 	return rep, errors.Join(unsaved, res.Err())
 }
 
 // recovered logs and counts a panic the agent recovered from in what, and
 // returns it as an error.
-func (a *Agent) recovered(what string, v any) error {
+func (a *Agent) recovered(ctx context.Context, what string, v any) error {
 	a.metrics.panics.Inc()
-	a.log.Error(what+" panicked; what was in force stays, and the next pass tries again", "panic", v, "stack", string(debug.Stack()))
+	a.log.ErrorContext(ctx, what+" panicked; what was in force stays, and the next pass tries again", "panic", v, "stack", string(debug.Stack()))
 	return fmt.Errorf("%s panicked: %v", what, v)
 }
 
@@ -369,7 +381,7 @@ func (a *Agent) recovered(what string, v any) error {
 func (a *Agent) afterPass(rep *Report) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = a.recovered("saving the pass's state", v)
+			err = a.recovered(context.Background(), "saving the pass's state", v)
 		}
 	}()
 	a.cfg.AfterPass(rep)
@@ -377,18 +389,18 @@ func (a *Agent) afterPass(rep *Report) (err error) {
 }
 
 // recordDeclarationLocked journals decl the first time a pass applied it.
-func (a *Agent) recordDeclarationLocked(decl *spec.Declaration, origin string) {
+func (a *Agent) recordDeclarationLocked(ctx context.Context, decl *spec.Declaration, origin string) {
 	syncs.AssertLocked(&a.mu)
 	if decl.Generation == a.applied {
 		return
 	}
 	if a.cfg.Journal != nil {
 		if _, err := a.cfg.Journal.RecordDeclaration(decl, time.Now()); err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
-			a.log.Warn("recording the declaration in the journal", "err", err)
+			a.log.WarnContext(ctx, "recording the declaration in the journal", "err", err)
 		}
 	}
 	a.applied = decl.Generation
-	a.log.Info("declaration applied", "generation", decl.Generation, "origin", origin)
+	a.log.InfoContext(ctx, "declaration applied", "declaration_generation", decl.Generation, "origin", origin)
 }
 
 // rosterInForceLocked updates the resolver with the declared roster unless
@@ -396,7 +408,7 @@ func (a *Agent) recordDeclarationLocked(decl *spec.Declaration, origin string) {
 // containers are rendered with: the one the resolver serves. unsaved is set
 // when that roster is served but the resolver could not save it: the pass
 // goes on, and fails at its end.
-func (a *Agent) rosterInForceLocked(declared *spec.Roster) (_ *spec.Roster, unsaved, err error) {
+func (a *Agent) rosterInForceLocked(ctx context.Context, declared *spec.Roster) (_ *spec.Roster, unsaved, err error) {
 	syncs.AssertLocked(&a.mu)
 	if a.inForce == nil {
 		// Once, after a start: the saved roster the resolver loaded. Kept
@@ -412,7 +424,7 @@ func (a *Agent) rosterInForceLocked(declared *spec.Roster) (_ *spec.Roster, unsa
 	case c.Older:
 		if a.olderLogged != declared.Generation {
 			// Generations never go backwards: keep serving the newer one.
-			a.log.Warn("declared roster is older than the one served; keeping the newer", "declared", declared.Generation, "served", c.InForce.Generation)
+			a.log.WarnContext(ctx, "declared roster is older than the one served; keeping the newer", "roster_generation", declared.Generation, "served_roster_generation", c.InForce.Generation)
 			a.olderLogged = declared.Generation
 		}
 		return c.InForce, nil, nil
@@ -420,13 +432,13 @@ func (a *Agent) rosterInForceLocked(declared *spec.Roster) (_ *spec.Roster, unsa
 		a.heldRoster = c.Held
 		a.metrics.rosterHeld.Set(1)
 		if held == nil || held.Error() != c.Held.Error() { // loud once; the metric stays
-			a.log.Error("roster held", "err", c.Held)
+			a.log.ErrorContext(ctx, "roster held", "roster_generation", declared.Generation, "err", c.Held)
 		}
 		return c.InForce, nil, nil
 	case !c.Update:
 		return c.InForce, nil, nil
 	case c.Accepted:
-		a.log.Warn("roster shrink accepted by the operator", "generation", declared.Generation)
+		a.log.WarnContext(ctx, "roster shrink accepted by the operator", "roster_generation", declared.Generation)
 	}
 	if err := a.cfg.Resolver.Update(declared); err != nil {
 		err = fmt.Errorf("updating the resolver to roster generation %d: %w", declared.Generation, err)
@@ -440,11 +452,11 @@ func (a *Agent) rosterInForceLocked(declared *spec.Roster) (_ *spec.Roster, unsa
 			return nil, nil, err
 		}
 		a.inForce = served
-		a.log.Error("roster in force but not saved: after a restart the resolver serves the roster it saved before, until the first pass", "generation", served.Generation, "err", err)
+		a.log.ErrorContext(ctx, "roster in force but not saved: after a restart the resolver serves the roster it saved before, until the first pass", "roster_generation", served.Generation, "err", err)
 		return served, err, nil
 	}
 	a.inForce = declared
-	a.log.Info("roster in force", "generation", declared.Generation, "names", len(declared.Names))
+	a.log.InfoContext(ctx, "roster in force", "roster_generation", declared.Generation, "names", len(declared.Names))
 	return declared, nil, nil
 }
 
@@ -484,17 +496,17 @@ func (a *Agent) gateLocked(ctx context.Context, roster *spec.Roster, rep *Report
 	// probed (issue 7: an agent restarted with a bad probe configuration, or
 	// whose probe image failed to import, left them pointing at addresses
 	// where nothing listened).
-	if a.exposeLocked(nets, prefer) && !a.asserted && a.cfg.Asserted != nil {
+	if a.exposeLocked(ctx, nets, prefer) && !a.asserted && a.cfg.Asserted != nil {
 		if err := a.cfg.Asserted(); err != nil {
-			a.log.Warn("the resolver could not drop what the previous agent exposed; next pass retries", "err", err)
+			a.log.WarnContext(ctx, "the resolver could not drop what the previous agent exposed; next pass retries", "err", err)
 		} else {
 			a.asserted = true
-			a.log.Info("the resolver's exposure is this agent's now (what an earlier agent exposed and this one did not is dropped)")
+			a.log.InfoContext(ctx, "the resolver's exposure is this agent's now (what an earlier agent exposed and this one did not is dropped)")
 		}
 	}
 	if err := a.ensureProberLocked(roster); err != nil {
 		if a.proberErr == nil || a.proberErr.Error() != err.Error() {
-			a.log.Warn("cannot probe the networks; every container keeps its copied names until a probe passes", "err", err)
+			a.log.WarnContext(ctx, "cannot probe the networks; every container keeps its copied names until a probe passes", "err", err)
 		}
 		a.proberErr = err
 		return nil
@@ -523,7 +535,7 @@ func (a *Agent) gateLocked(ctx context.Context, roster *spec.Roster, rep *Report
 		if !r.Pass {
 			level = slog.LevelWarn
 		}
-		a.log.Log(ctx, level, "probe", "network", r.Network, "pass", r.Pass, "strategy", r.Strategy, "reason", r.Reason, "latency", r.Latency)
+		a.log.Log(ctx, level, "probe", "network", r.Network, "passed", r.Pass, "strategy", r.Strategy, "reason", r.Reason, "latency", r.Latency)
 	}
 	if err := a.cfg.Gate.Record(results); err != nil {
 		return fmt.Errorf("recording probe results: %w", err)
@@ -542,7 +554,7 @@ func (a *Agent) gateLocked(ctx context.Context, roster *spec.Roster, rep *Report
 // on (the network's next probe fails, and the gate acts on that).
 //
 // It reports whether every proven network is exposed.
-func (a *Agent) exposeLocked(nets []migrations.Network, prefer map[string]migrations.Strategy) bool {
+func (a *Agent) exposeLocked(ctx context.Context, nets []migrations.Network, prefer map[string]migrations.Strategy) bool {
 	syncs.AssertLocked(&a.mu)
 	if a.cfg.Exposer == nil {
 		return true
@@ -557,7 +569,7 @@ func (a *Agent) exposeLocked(nets []migrations.Network, prefer map[string]migrat
 		if _, err := a.cfg.Exposer.Expose(n, s); err != nil {
 			failed[n.Name] = err.Error()
 			if a.exposeErrs[n.Name] != err.Error() {
-				a.log.Error("exposing the resolver on a proven network", "network", n.Name, "strategy", s, "err", err)
+				a.log.ErrorContext(ctx, "exposing the resolver on a proven network", "network", n.Name, "strategy", s, "err", err)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ type metrics struct {
 	declaration prometheus.Gauge
 	rosterHeld  prometheus.Gauge
 	panics      prometheus.Counter
+	lastSuccess prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -32,11 +33,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshhost_agent_pass_panics_total", Help: "Agent passes that panicked (a bug); recovered, and counted among the failed passes too.",
 		}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_agent_last_success_timestamp_seconds",
+			Help: "When the last pass that succeeded ended (Unix time), 0 before the first; alert on its age: the machine has not converged since.",
+		}),
 	}
 	m.passes.WithLabelValues("ok") // both results at 0 from the start
 	m.passes.WithLabelValues("error")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics} {
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.lastSuccess} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -45,10 +50,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) pass(err error, d time.Duration) {
+// pass counts a pass that ended at end, after d, with err.
+func (m *metrics) pass(err error, d time.Duration, end time.Time) {
 	result := "ok"
 	if err != nil {
 		result = "error"
+	} else {
+		m.lastSuccess.Set(float64(end.UnixNano()) / 1e9)
 	}
 	m.passes.WithLabelValues(result).Inc()
 	m.duration.Observe(d.Seconds())

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+
 	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/reconcile"
 )
@@ -9,7 +11,7 @@ import (
 // the declaration it applied. Passes that only kept containers are not
 // recorded: they would push the history out. A failed write is logged; the
 // pass goes on.
-func (a *Agent) recordPass(generation uint64, res *reconcile.Result) {
+func (a *Agent) recordPass(ctx context.Context, generation uint64, res *reconcile.Result) {
 	if a.cfg.Journal == nil || res == nil {
 		return
 	}
@@ -31,6 +33,6 @@ func (a *Agent) recordPass(generation uint64, res *reconcile.Result) {
 		return
 	}
 	if _, err := a.cfg.Journal.RecordPass(p); err != nil {
-		a.log.Warn("recording the pass in the journal", "err", err)
+		a.log.WarnContext(ctx, "recording the pass in the journal", "err", err)
 	}
 }

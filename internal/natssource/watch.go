@@ -522,7 +522,7 @@ func (w *Watcher) evaluate(caughtUp bool) (resync bool) {
 	}
 	w.metrics.commits.WithLabelValues("applied").Inc()
 	w.metrics.rosterApplied(ch.Generation, ch.Revision)
-	w.log.Info("roster generation in force", "generation", ch.Generation, "previous", ch.Previous, "set", len(ch.Set), "removed", len(ch.Removed), "names", ch.Names, "revision", ch.Revision, "full_read", ch.Full)
+	w.log.Info("roster generation in force", "roster_generation", ch.Generation, "previous", ch.Previous, "set", len(ch.Set), "removed", len(ch.Removed), "names", ch.Names, "revision", ch.Revision, "full_read", ch.Full)
 	if w.cfg.OnChange != nil {
 		w.cfg.OnChange(ch)
 	}
@@ -589,7 +589,7 @@ func (w *Watcher) observeDeclaration(e entry) {
 			return
 		}
 		w.metrics.declarations.WithLabelValues("stale").Inc()
-		w.log.Error("declaration refused: generations never go backwards; the one in force stays", "generation", d.Generation, "in_force", cur.Generation)
+		w.log.Error("declaration refused: generations never go backwards; the one in force stays", "declaration_generation", d.Generation, "in_force", cur.Generation)
 		return
 	}
 	if err != nil {
@@ -606,7 +606,7 @@ func (w *Watcher) observeDeclaration(e entry) {
 		sn = w.roster.snapshot()
 	}
 	w.mu.Unlock()
-	w.log.Info("declaration read", "machine", d.Machine, "generation", d.Generation, "containers", len(d.Containers))
+	w.log.Info("declaration read", "machine", d.Machine, "declaration_generation", d.Generation, "containers", len(d.Containers))
 	if sn == nil && w.cfg.Sink != nil {
 		w.log.Warn("the declaration waits for a roster commit", "bucket", w.cfg.Layout.Roster)
 	}
@@ -622,7 +622,7 @@ func (w *Watcher) deliver(decl *spec.Declaration, sn *Snapshot) {
 	d := *decl
 	d.Roster = sn.Roster()
 	if err := w.cfg.Sink.Put(&d, w.origin); err != nil {
-		w.log.Warn("declaration not taken", "generation", d.Generation, "roster_generation", sn.Generation, "err", err)
+		w.log.Warn("declaration not taken", "declaration_generation", d.Generation, "roster_generation", sn.Generation, "err", err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -22,8 +23,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
+	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
+	"github.com/meshhost/meshhost/internal/plumbing/procmetrics"
 	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/resolver"
@@ -46,6 +50,8 @@ type resolverFlags struct {
 	ttl, neg   time.Duration
 	timeout    time.Duration
 	cache      CacheFlags
+	metrics    string
+	log        logging.Flags
 
 	// The service's: see service.go.
 	control     string
@@ -117,6 +123,8 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 	fs.DurationVar(&f.neg, "negative-ttl", 5*time.Second, "TTL of NXDOMAIN and NODATA answers")
 	fs.DurationVar(&f.timeout, "upstream-timeout", 2*time.Second, "time to wait for one upstream")
 	f.cache.Register(fs)
+	f.log.Register(fs)
+	fs.StringVar(&f.metrics, "metrics", "", "`ADDR` (ip:port) to serve Prometheus metrics on, at /metrics, e.g. 127.0.0.1:9470 (default: none)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: "+prog+" --roster FILE --listen ADDR[,ADDR...] [--upstream ADDR ...] [--allow CIDR ...] [--state PATH] [--ttl D]")
 		fmt.Fprintln(stderr)
@@ -158,7 +166,11 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	if err != nil {
 		return 2, err // usage and flag errors
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	log, err := f.log.Logger(stderr)
+	if err != nil {
+		return 2, err // a flag's value
+	}
+	reg := procmetrics.NewRegistry()
 	if f.stateDir != "" {
 		if err := os.MkdirAll(f.stateDir, 0o700); err != nil {
 			return 1, fmt.Errorf("state directory: %w", err)
@@ -173,6 +185,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	}
 	cfg := resolver.Config{
 		Logger:          log,
+		Registerer:      reg,
 		TTL:             f.ttl,
 		NegativeTTL:     f.neg,
 		Upstreams:       f.upstreams,
@@ -197,7 +210,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		}
 		s.ctl, err = control.NewServer(control.Config{
 			Resolver: srv, ExposurePath: xpath, Static: f.listen, StaticAllow: f.allow,
-			AllowUIDs: f.controlUIDs, Version: Version, Logger: log,
+			AllowUIDs: f.controlUIDs, Version: buildinfo.Get().Version, Logger: log,
 			ListenersChanged: s.listenersChanged,
 		})
 		if err != nil {
@@ -244,6 +257,23 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		// The handed-over sockets hold queries of the exposed networks'
 		// clients already: they are allowed before the first is read.
 		s.ctl.ApplyClients()
+	}
+	if f.metrics != "" {
+		l, err := net.Listen("tcp", f.metrics)
+		if err != nil {
+			abort()
+			return 1, fmt.Errorf("--metrics: %w", err)
+		}
+		mctx, stopMetrics := context.WithCancel(ctx)
+		served := make(chan struct{})
+		go func() {
+			if err := procmetrics.Serve(mctx, l, reg); err != nil {
+				log.Error("metrics endpoint stopped", "err", err)
+			}
+			close(served)
+		}()
+		defer func() { stopMetrics(); <-served }()
+		log.Info("metrics", "addr", l.Addr().String())
 	}
 	if err := s.adoptListeners(in, f.listen, exposed); err != nil {
 		abort()
@@ -315,7 +345,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	}
 	if s.handoverL != nil {
 		wg.Go(func() {
-			if err := handover.Serve(lctx, s.handoverL, s, Version, log); err != nil && lctx.Err() == nil {
+			if err := handover.Serve(lctx, s.handoverL, s, buildinfo.Get().Version, log); err != nil && lctx.Err() == nil {
 				log.Error("handover socket", "err", err)
 			}
 		})
@@ -374,7 +404,7 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	if err != nil {
 		return fmt.Errorf("roster %q: %w", path, err)
 	}
-	log.Info("roster applied", "path", path, "generation", r.Generation, "names", len(r.Names),
+	log.Info("roster applied", "path", path, "roster_generation", r.Generation, "names", len(r.Names),
 		"took", time.Since(start), "applied_unix_nano", time.Now().UnixNano())
 	return nil
 }

@@ -16,16 +16,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
 	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/resolver/control"
 	"github.com/meshhost/meshhost/resolver/handover"
 )
-
-// Version is the resolver's version, reported on the control socket and in
-// handovers. Builds stamp it with
-// -ldflags "-X github.com/meshhost/meshhost/internal/resolvercmd.Version=V".
-var Version = "(devel)"
 
 // Names of the files a resolver hands over and keeps in systemd's store.
 const (
@@ -119,7 +115,7 @@ func takeSockets(ctx context.Context, f *resolverFlags, log *slog.Logger) (*inhe
 	}
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	succ, files, err := handover.Take(hctx, f.handover, Version)
+	succ, files, err := handover.Take(hctx, f.handover, buildinfo.Get().Version)
 	switch {
 	case errors.Is(err, handover.ErrNoPredecessor):
 		return in, nil

@@ -38,7 +38,7 @@ func TestVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := filepath.Join(dir, u)
-		if err := os.WriteFile(p, []byte(strings.ReplaceAll(string(data), "/usr/local/bin/", bin+"/")), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(strings.ReplaceAll(string(data), "/usr/bin/", bin+"/")), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, p)
@@ -100,7 +100,7 @@ func TestContinuityDirectives(t *testing.T) {
 			"ExecReload":            "-HUP",
 			"CapabilityBoundingSet": "CAP_NET_BIND_SERVICE CAP_NET_ADMIN",
 			"ProtectSystem":         "strict",
-			"ExecStart":             "--resolver unix:/run/meshhost/resolver.sock",
+			"ExecStart":             "--config /etc/meshhost/agent.toml",
 		}},
 	} {
 		t.Run(tc.unit, func(t *testing.T) {
@@ -114,6 +114,17 @@ func TestContinuityDirectives(t *testing.T) {
 				t.Errorf("%s: CAP_SYS_ADMIN in the bounding set", tc.unit)
 			}
 		})
+	}
+	// The agent's configuration feeds the resolver the unit runs.
+	conf, err := os.ReadFile("../agent.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(conf), "\nresolver = \"unix:/run/meshhost/resolver.sock\"\n") {
+		t.Errorf("packaging/agent.toml does not point the agent at the resolver unit's control socket")
+	}
+	if d := directives(t, "meshhost-resolver.service"); !strings.Contains(strings.Join(d["ExecStart"], " "), "--control /run/meshhost/resolver.sock") {
+		t.Errorf("meshhost-resolver.service: ExecStart=%q lacks --control /run/meshhost/resolver.sock", d["ExecStart"])
 	}
 	// Both units keep the runtime directory their sockets live in.
 	for _, u := range units {

@@ -347,7 +347,7 @@ func (s *Server) putRoster(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: err.Error()})
 	case served == ro.Generation:
 		// Served, not saved (a full disk): the caller must know both.
-		s.log.Error("roster served but not saved", "generation", served, "err", err)
+		s.log.Error("roster served but not saved", "roster_generation", served, "err", err)
 		writeJSON(w, http.StatusInternalServerError, RosterResult{Generation: served, Error: err.Error()})
 	default:
 		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: served, Error: err.Error()})

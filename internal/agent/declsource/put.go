@@ -40,7 +40,7 @@ func (s *Source) Put(d *spec.Declaration, origin string) error {
 	}
 	s.current, s.raw, s.origin = d, nil, origin
 	s.mu.Unlock()
-	s.logger.Debug("declaration accepted", "origin", origin, "machine", d.Machine, "generation", d.Generation,
+	s.logger.Debug("declaration accepted", "origin", origin, "machine", d.Machine, "declaration_generation", d.Generation,
 		"roster_generation", d.Roster.Generation, "containers", len(d.Containers), "mesh_names", d.MeshNames)
 	select {
 	case s.changed <- struct{}{}:

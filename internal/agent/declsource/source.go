@@ -115,7 +115,7 @@ func (s *Source) Offer(data []byte, origin string) (*spec.Declaration, error) {
 	}
 	s.current, s.raw, s.origin = d, data, origin
 	s.mu.Unlock()
-	s.logger.Info("declaration accepted", "origin", origin, "machine", d.Machine, "generation", d.Generation,
+	s.logger.Info("declaration accepted", "origin", origin, "machine", d.Machine, "declaration_generation", d.Generation,
 		"roster_generation", d.Roster.Generation, "containers", len(d.Containers), "mesh_names", d.MeshNames)
 	select {
 	case s.changed <- struct{}{}:

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// agentFlags returns the names of `meshhost agent`'s flags, read from its
+// usage.
+func agentFlags(t *testing.T) []string {
+	t.Helper()
+	_, _, usage := runCLI(t, nil, "agent", "-h")
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(usage, -1) {
+		names = append(names, m[1])
+	}
+	if len(names) < 20 {
+		t.Fatalf("read %d flags from meshhost agent -h:\n%s", len(names), usage)
+	}
+	return names
+}
+
+// TestPackagedConfig: the configuration the package installs
+// (packaging/agent.toml) passes `meshhost config check`, and holds every
+// flag of the agent, set or commented out with its default, so that a
+// flag added to the agent and forgotten there fails here.
+func TestPackagedConfig(t *testing.T) {
+	const path = "../../packaging/agent.toml"
+	code, out, stderr := runCLI(t, nil, "config", "check", "--config", path)
+	if code != 0 || !strings.HasPrefix(out, path+": ok (5 settings: declaration, podman, resolver, runtime, state)") {
+		t.Fatalf("meshhost config check %s = exit %d, %q %q", path, code, out, stderr)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, m := range regexp.MustCompile(`(?m)^(?:# )?([a-z0-9-]+) = `).FindAllStringSubmatch(string(data), -1) {
+		keys = append(keys, m[1])
+	}
+	for _, f := range agentFlags(t) {
+		if f != "config" && !slices.Contains(keys, f) {
+			t.Errorf("packaging/agent.toml lacks the agent's flag %s (set it, or write it commented out with its default)", f)
+		}
+	}
+	// Every commented key, uncommented, still checks: the defaults written
+	// there are values the agent takes.
+	uncommented := regexp.MustCompile(`(?m)^# ([a-z0-9-]+ = .*?)(\s+#.*)?$`).ReplaceAllString(string(data), "$1")
+	all := filepath.Join(t.TempDir(), "all.toml")
+	os.WriteFile(all, []byte(uncommented), 0o644)
+	if code, out, stderr := runCLI(t, nil, "config", "check", "--config", all); code != 0 {
+		t.Errorf("packaging/agent.toml with every key uncommented: exit %d, %q %q\n%s", code, out, stderr, uncommented)
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	write := func(doc string) string {
+		p := filepath.Join(dir, "agent.toml")
+		if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name, doc string
+		args      []string
+		code      int
+		want      string // in stdout on success, stderr otherwise
+	}{
+		{"fine", "runtime = \"memory\"\nbudget = 9\n", nil, 0, ": ok (2 settings: budget, runtime)"},
+		{"a flag given wins", "runtime = \"memory\"\nbudget = 9\n", []string{"--", "--budget", "5"}, 0, ": ok (1 settings: runtime)"},
+		{"unknown key", "runtime = \"memory\"\nbugdet = 9\n", nil, 1, "agent.toml:2: bugdet: unknown key: no flag --bugdet (did you mean budget?)"},
+		{"wrong type", "runtime = \"memory\"\nbudget = \"nine\"\n", nil, 1, `agent.toml:2: budget: is "nine", want an integer`},
+		{"the agent's own checks", "runtime = \"docker\"\n", nil, 1, `--runtime "docker": want podman or memory`},
+		{"an address", "runtime = \"memory\"\nnode-local = \"169.254.53\"\n", nil, 1, "--node-local: "},
+		{"the embedded resolver's flag with the service", "runtime = \"memory\"\nresolver = \"unix:/run/x.sock\"\nupstream = [\"127.0.0.1\"]\n", nil, 1, "--upstream is the embedded resolver's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := write(tc.doc)
+			code, out, stderr := runCLI(t, nil, append([]string{"config", "check", "--config", p}, tc.args...)...)
+			got := out
+			if tc.code != 0 {
+				got = stderr
+			}
+			if code != tc.code || !strings.Contains(got, tc.want) {
+				t.Errorf("meshhost config check (%s) = exit %d, stdout %q, stderr %q; want exit %d and %q", tc.doc, code, out, stderr, tc.code, tc.want)
+			}
+		})
+	}
+	code, out, _ := runCLI(t, nil, "config", "check", "--config", write("runtime = \"memory\"\nstate = \"/srv/x\"\n"), "--output", "json")
+	var got struct {
+		Config string   `json:"config"`
+		OK     bool     `json:"ok"`
+		Keys   []string `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || !got.OK || !slices.Equal(got.Keys, []string{"runtime", "state"}) {
+		t.Errorf("config check --output json = exit %d, %s (%v)", code, out, err)
+	}
+	if code, _, stderr := runCLI(t, nil, "config", "check", "--config", filepath.Join(dir, "missing.toml")); code != 1 || !strings.Contains(stderr, "missing.toml: no such file") {
+		t.Errorf("config check of a missing file = exit %d, %q", code, stderr)
+	}
+	if code, _, _ := runCLI(t, nil, "config"); code != 2 {
+		t.Errorf("meshhost config (no subcommand) = exit %d, want 2", code)
+	}
+}

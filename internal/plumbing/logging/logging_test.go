@@ -1,0 +1,170 @@
+package logging
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+func TestPriorities(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := New(&buf, Options{Level: slog.LevelDebug, Journal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Debug("d", "k", 1)
+	log.Info("i")
+	log.Warn("w")
+	log.Error("e", "err", "multi\nline")
+	log.Log(context.Background(), slog.LevelError+4, "above error")
+	want := []string{`<7>level=DEBUG msg=d k=1`, `<6>level=INFO msg=i`, `<4>level=WARN msg=w`,
+		`<3>level=ERROR msg=e err="multi\nline"`, `<3>level=ERROR+4 msg="above error"`}
+	if got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("journal lines:\n%s\nwant (one per record, no time: the journal stamps them):\n%s", buf.String(), strings.Join(want, "\n"))
+	}
+}
+
+func TestJSON(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := New(&buf, Options{Format: JSON, Journal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.With("component", "agent").Error("pass failed", "err", "boom")
+	line := buf.String()
+	if !strings.HasPrefix(line, "<3>{") {
+		t.Fatalf("JSON line under the journal = %q, want <3>{...}", line)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "<3>")), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["msg"] != "pass failed" || m["component"] != "agent" || m["err"] != "boom" || m["time"] != nil {
+		t.Errorf("JSON record = %v", m)
+	}
+}
+
+// TestPlain: outside the journal, lines are slog's own, time included.
+func TestPlain(t *testing.T) {
+	for _, format := range []string{"", Text, JSON} {
+		var buf bytes.Buffer
+		log, err := New(&buf, Options{Format: format})
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Error("e")
+		if strings.HasPrefix(buf.String(), "<") || !strings.Contains(buf.String(), "time") {
+			t.Errorf("format %q outside the journal: %q, want no prefix and a time", format, buf.String())
+		}
+	}
+	if _, err := New(&bytes.Buffer{}, Options{Format: "yaml"}); err == nil {
+		t.Error(`New(Format "yaml") succeeded, want an error`)
+	}
+}
+
+func TestContextAttrs(t *testing.T) {
+	var buf bytes.Buffer
+	log, _ := New(&buf, Options{})
+	ctx := WithAttrs(context.Background(), "pass", 7)
+	ctx = WithAttrs(ctx, slog.Uint64("declaration_generation", 3))
+	log.With("component", "reconcile").InfoContext(ctx, "reconcile action", "container", "db")
+	log.Info("no context")
+	log.InfoContext(ctx, "its own", "pass", 8)
+	lines := strings.Split(buf.String(), "\n")
+	if !strings.Contains(lines[0], "component=reconcile container=db pass=7 declaration_generation=3") {
+		t.Errorf("line with the pass's context = %q", lines[0])
+	}
+	if strings.Contains(lines[1], "pass=") {
+		t.Errorf("line without it = %q", lines[1])
+	}
+	if !strings.Contains(lines[2], "pass=8 declaration_generation=3") || strings.Count(lines[2], "pass=") != 1 {
+		t.Errorf("line naming its own pass = %q, want its pass=8 alone", lines[2])
+	}
+}
+
+// TestConcurrent: records logged at once never swap prefixes or share a line.
+func TestConcurrent(t *testing.T) {
+	var buf bytes.Buffer
+	log, _ := New(&buf, Options{Journal: true, Level: slog.LevelDebug})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				if g%2 == 0 {
+					log.Error("e", "i", i)
+				} else {
+					log.Info("i", "i", i)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, l := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {
+		if !(strings.HasPrefix(l, "<3>level=ERROR msg=e ") || strings.HasPrefix(l, "<6>level=INFO msg=i ")) {
+			t.Fatalf("line %q: prefix and record disagree", l)
+		}
+	}
+}
+
+func TestJournald(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "JOURNAL_STREAM" {
+				return v
+			}
+			return ""
+		}
+	}
+	for _, tc := range []struct {
+		name, value string
+		want        bool
+	}{
+		{"this stream", fmt.Sprintf("%d:%d", st.Dev, st.Ino), true},
+		{"another inode (stderr redirected since)", fmt.Sprintf("%d:%d", st.Dev, st.Ino+1), false},
+		{"unset", "", false},
+		{"garbage", "x:y", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Journald(f, env(tc.value)); got != tc.want {
+				t.Errorf("Journald with JOURNAL_STREAM=%q = %v, want %v", tc.value, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var buf bytes.Buffer
+	if _, err := (Flags{Format: "xml", Level: "info"}).Logger(&buf); err == nil || !strings.Contains(err.Error(), "--log-format") {
+		t.Errorf("--log-format xml: %v, want an error naming the flag", err)
+	}
+	if _, err := (Flags{Format: "text", Level: "loud"}).Logger(&buf); err == nil || !strings.Contains(err.Error(), "--log-level") {
+		t.Errorf("--log-level loud: %v, want an error naming the flag", err)
+	}
+	log, err := (Flags{Format: "json", Level: "warn"}).Logger(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("dropped")
+	log.Warn("kept")
+	if strings.Contains(buf.String(), "dropped") || !strings.Contains(buf.String(), `"msg":"kept"`) {
+		t.Errorf("--log-format json --log-level warn wrote %q", buf.String())
+	}
+}
