@@ -40,6 +40,13 @@ func runHistory(ctx context.Context, env *environment, args []string) (int, erro
 		if entries == nil {
 			entries = []journal.Entry{}
 		}
+		for i, e := range entries {
+			if e.Declaration != nil {
+				// Not the document: env and label values may be secrets.
+				s := e.Declaration.Summary()
+				entries[i].Declaration = &s
+			}
+		}
 		return 0, json.NewEncoder(env.stdout).Encode(entries)
 	}
 	if len(entries) == 0 {

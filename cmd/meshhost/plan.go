@@ -31,6 +31,9 @@ func init() {
 // planFlags are the flags plan and explain share.
 type planFlags struct {
 	declaration, state, socket, output *string
+	// showValues prints env and label values in changes, for a person at a
+	// terminal; without it they show as a key and short hashes.
+	showValues *bool
 }
 
 func addPlanFlags(fs *flag.FlagSet) planFlags {
@@ -39,7 +42,21 @@ func addPlanFlags(fs *flag.FlagSet) planFlags {
 		state:       fs.String("state", statedir.Default, "the agent's state directory (served roster, migration state, saved declaration)"),
 		socket:      fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)"),
 		output:      fs.String("output", "text", "output format: text or json"),
+		showValues:  fs.Bool("show-values", false, "show env and label values in changes (they may be secrets: for a person at a terminal, never for logs); without it a change shows the key and a short hash of the old and new value"),
 	}
+}
+
+// changes returns cs as the output shows them: with values when
+// --show-values is given.
+func (f planFlags) changes(cs []digest.Change) []digest.Change {
+	if !*f.showValues {
+		return cs
+	}
+	out := make([]digest.Change, len(cs))
+	for i, c := range cs {
+		out[i] = c.WithValues()
+	}
+	return out
 }
 
 // plan computes, without changing anything, what the agent's next pass
@@ -165,12 +182,12 @@ func runPlan(ctx context.Context, env *environment, args []string) (int, error) 
 			Roster    rosterJSON   `json:"roster"`
 		}{Actions: []actionJSON{}, Unmanaged: p.Unmanaged, Roster: rosterOf(pl.Roster)}
 		for _, a := range changes {
-			out.Actions = append(out.Actions, actionJSON{string(a.Kind), a.Name, a.Reason, a.Changes})
+			out.Actions = append(out.Actions, actionJSON{string(a.Kind), a.Name, a.Reason, f.changes(a.Changes)})
 		}
 		return code, json.NewEncoder(env.stdout).Encode(out)
 	}
 	printRoster(env.stdout, pl.Roster)
-	printPlan(env.stdout, p)
+	printPlan(env.stdout, p, *f.showValues)
 	return code, nil
 }
 
@@ -201,7 +218,9 @@ func printRoster(w io.Writer, r pass.Roster) {
 	}
 }
 
-func printPlan(w io.Writer, p *reconcile.Plan) {
+// printPlan prints p's changes, one a line; with showValues, each change
+// to env or labels follows on a line of its own with its values.
+func printPlan(w io.Writer, p *reconcile.Plan, showValues bool) {
 	changes := p.Changes()
 	if len(changes) == 0 {
 		fmt.Fprintf(w, "nothing to do: %d containers match their declaration\n", len(p.Actions))
@@ -212,6 +231,13 @@ func printPlan(w io.Writer, p *reconcile.Plan) {
 			fmt.Fprintf(w, ": %s", a.Reason)
 		}
 		fmt.Fprintln(w)
+		if showValues {
+			for _, c := range a.Changes {
+				if v := c.WithValues(); v.String() != c.String() {
+					fmt.Fprintf(w, "         %s\n", v)
+				}
+			}
+		}
 	}
 	if p.Unmanaged > 0 {
 		fmt.Fprintf(w, "(%d containers not managed by meshhost are left alone)\n", p.Unmanaged)
@@ -243,14 +269,14 @@ func runExplain(ctx context.Context, env *environment, args []string) (int, erro
 			continue
 		}
 		if *f.output == "json" {
-			return 0, json.NewEncoder(env.stdout).Encode(actionJSON{string(a.Kind), a.Name, a.Reason, a.Changes})
+			return 0, json.NewEncoder(env.stdout).Encode(actionJSON{string(a.Kind), a.Name, a.Reason, f.changes(a.Changes)})
 		}
 		fmt.Fprintf(env.stdout, "%s: %s", name, a.Kind)
 		if a.Reason != "" {
 			fmt.Fprintf(env.stdout, " (%s)", a.Reason)
 		}
 		fmt.Fprintln(env.stdout)
-		for _, c := range a.Changes {
+		for _, c := range f.changes(a.Changes) {
 			fmt.Fprintf(env.stdout, "  %-12s %-7s %s\n", c.Field, c.Mutability, changeText(c))
 		}
 		return 0, nil
@@ -259,15 +285,9 @@ func runExplain(ctx context.Context, env *environment, args []string) (int, erro
 }
 
 func changeText(c digest.Change) string {
-	if len(c.Added)+len(c.Removed) > 0 {
-		var parts []string
-		for _, a := range c.Added {
-			parts = append(parts, "+"+a)
-		}
-		for _, r := range c.Removed {
-			parts = append(parts, "-"+r)
-		}
-		return strings.Join(parts, " ")
+	if len(c.Added)+len(c.Removed)+len(c.Changed) > 0 {
+		_, entries, _ := strings.Cut(c.String(), ": ")
+		return entries
 	}
 	return fmt.Sprintf("old %s  new %s", orDash(c.Old), orDash(c.New))
 }
