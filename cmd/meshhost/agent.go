@@ -104,7 +104,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		logger.Error("the saved declaration is refused; no container is touched until a valid declaration arrives", "err", err)
 		saved = nil
 	}
-	source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: srv.Busy}, Logger: logger})
+	source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: srv.Busy}, Logger: logger, Registerer: reg})
 	var savedGen uint64 // the declaration in force is on disk already: not written again
 	if cur, _ := source.Current(); cur != nil {
 		savedGen = cur.Generation

@@ -179,6 +179,13 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m, saved: cfg.SavedGeneration}
 	a.status.Store(&status{})
+	if r := cfg.Resolver.Roster(); r != nil {
+		// The saved roster the resolver serves, before any pass: the
+		// Source refuses a first declaration whose roster is older, or
+		// reuses its generation with other names.
+		a.inForce = r
+		cfg.Source.SetServed(r)
+	}
 	return a, nil
 }
 
@@ -353,7 +360,7 @@ func (a *Agent) rosterInForceLocked(declared *spec.Roster) (_ *spec.Roster, unsa
 		// Once, after a start: the saved roster the resolver loaded. Kept
 		// from then on, since rebuilding it from the resolver's table costs
 		// a pass as much as the rest for a large roster.
-		a.inForce = a.cfg.Resolver.Roster()
+		a.setInForceLocked(a.cfg.Resolver.Roster())
 	}
 	held := a.heldRoster
 	a.heldRoster = nil
@@ -390,13 +397,21 @@ func (a *Agent) rosterInForceLocked(declared *spec.Roster) (_ *spec.Roster, unsa
 		if served == nil || served.Generation < declared.Generation {
 			return nil, nil, err
 		}
-		a.inForce = served
+		a.setInForceLocked(served)
 		a.log.Error("roster in force but not saved: after a restart the resolver serves the roster it saved before, until the first pass", "generation", served.Generation, "err", err)
 		return served, err, nil
 	}
-	a.inForce = declared
+	a.setInForceLocked(declared)
 	a.log.Info("roster in force", "generation", declared.Generation, "names", len(declared.Names))
 	return declared, nil, nil
+}
+
+// setInForceLocked records r as the roster the resolver serves, and tells
+// the Source, which refuses a declaration whose roster contradicts it.
+func (a *Agent) setInForceLocked(r *spec.Roster) {
+	syncs.AssertLocked(&a.mu)
+	a.inForce = r
+	a.cfg.Source.SetServed(r)
 }
 
 func (a *Agent) accepted() uint64 { return AcceptedRoster(a.cfg.State) }
