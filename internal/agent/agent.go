@@ -108,6 +108,10 @@ type Config struct {
 	// Interval between periodic passes. Default 30s.
 	Interval time.Duration
 	Guard    rosterguard.Policy
+	// HoldAbove holds a declaration whose plan would replace more than this
+	// many containers until the operator approves it (meshhost approve);
+	// 0 never holds. The agent command's --hold-above (DefaultHoldAbove).
+	HoldAbove int
 	// AfterPass, when set, runs after every pass with its report (the agent
 	// command persists the reconciler's budget and adoptions there).
 	AfterPass func(*Report)
@@ -139,6 +143,12 @@ type Agent struct {
 	// exposeErrs says, by network, why the resolver could not be exposed
 	// on it; logged when it changes.
 	exposeErrs map[string]string
+	// hold is the last pass's blast-radius hold (nil: none); frozen whether
+	// the last pass found the machine frozen. Logged when they change.
+	hold   *pass.Hold
+	frozen bool
+	// statusWritten is the status.json last written.
+	statusWritten []byte
 }
 
 // status is what a pass publishes when it ends.
@@ -150,13 +160,20 @@ type status struct {
 
 // Report is what one pass did.
 type Report struct {
-	Generation       uint64            `json:"generation"`
-	RosterGeneration uint64            `json:"roster_generation"`
-	RosterHeld       string            `json:"roster_held,omitempty"`
-	Modes            map[string]string `json:"modes"`
-	Probed           []string          `json:"probed,omitempty"`
-	Result           *reconcile.Result `json:"-"`
-	Duration         time.Duration     `json:"duration"`
+	Generation       uint64 `json:"generation"`
+	RosterGeneration uint64 `json:"roster_generation"`
+	RosterHeld       string `json:"roster_held,omitempty"`
+	// Held is the declaration's blast-radius hold, when its plan would
+	// replace more than Config.HoldAbove containers: unless approved,
+	// nothing of the plan was applied.
+	Held *pass.Hold `json:"held,omitempty"`
+	// Frozen: the machine is frozen (meshhost freeze); nothing of the plan
+	// was applied.
+	Frozen   bool              `json:"frozen,omitempty"`
+	Modes    map[string]string `json:"modes"`
+	Probed   []string          `json:"probed,omitempty"`
+	Result   *reconcile.Result `json:"-"`
+	Duration time.Duration     `json:"duration"`
 }
 
 // New returns an Agent.
@@ -295,12 +312,23 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	// it), then doing it.
 	c, err := pass.Compute(ctx, pass.Input{
 		Declaration: decl, Roster: roster, Gate: a.cfg.Gate, Observed: observed, Planner: a.cfg.Reconciler,
+		HoldAbove: a.cfg.HoldAbove, Approved: func() uint64 { return ApprovedDeclaration(a.cfg.State) },
 	})
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
 	}
 	for name, m := range c.Modes {
 		rep.Modes[name] = string(m.Names)
+	}
+	rep.Held = c.Hold
+	freeze, ferr := Frozen(a.cfg.State)
+	rep.Frozen = freeze != nil
+	a.controlsLocked(decl, roster, c.Hold, freeze, ferr)
+	if rep.Frozen || c.Hold.Held() {
+		// Nothing of the plan is applied: the containers stay as they
+		// are. The roster is in force already, and the next pass judges
+		// again (an approval, an unfreeze, a newer declaration).
+		return rep, unsaved
 	}
 	res, err := a.cfg.Reconciler.Apply(ctx, c.Plan)
 	rep.Result = res

@@ -12,6 +12,10 @@ type metrics struct {
 	declaration prometheus.Gauge
 	rosterHeld  prometheus.Gauge
 	panics      prometheus.Counter
+
+	held             prometheus.Gauge
+	heldReplacements prometheus.Gauge
+	frozen           prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -32,11 +36,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshhost_agent_pass_panics_total", Help: "Agent passes that panicked (a bug); recovered, and counted among the failed passes too.",
 		}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_agent_declaration_held", Help: "1 while the declaration in force is held for replacing more than --hold-above containers (meshhost approve GEN releases it).",
+		}),
+		heldReplacements: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_agent_held_replacements", Help: "Replacements the held declaration would make; 0 when none is held.",
+		}),
+		frozen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_agent_frozen", Help: "1 while the machine is frozen (meshhost freeze): no container is created, replaced or removed.",
+		}),
 	}
 	m.passes.WithLabelValues("ok") // both results at 0 from the start
 	m.passes.WithLabelValues("error")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics} {
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.held, m.heldReplacements, m.frozen} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
