@@ -47,6 +47,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	socket := fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)")
 	interval := fs.Duration("interval", 30*time.Second, "time between periodic passes")
 	budget := fs.Int("budget", reconcile.DefaultBudget.Max, "replacements allowed per budget window")
+	holdAbove := fs.Int("hold-above", agent.DefaultHoldAbove, "hold a declaration whose plan would replace more than N containers until `meshhost approve GEN` (0 never holds)")
 	window := fs.Duration("budget-window", reconcile.DefaultBudget.Window, "the replacement budget's window")
 	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local resolver address (assigned to lo) for routed networks")
 	probeBinary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
@@ -61,6 +62,9 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	fs.Var(&allow, "allow", "extra resolver client `CIDR[,CIDR...]` (or address); repeatable; probed container networks and loopback are always allowed")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
+	}
+	if *holdAbove < 0 {
+		return 2, fmt.Errorf("--hold-above %d: want 0 (never hold) or more", *holdAbove)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -192,6 +196,8 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	rec, saveState, err := openReconciler(reconcile.Config{
 		Runtime: rt, Owner: *machine, NoInPlaceUpdates: !inPlace, Logger: logger, Registerer: reg,
 		Budget: reconcile.Budget{Max: *budget, Window: *window},
+		// meshhost freeze, checked before every action that changes a container.
+		Frozen: func() bool { f, _ := agent.Frozen(dir); return f != nil },
 	}, dir.Reconciler(), logger)
 	if err != nil {
 		return 1, err
@@ -199,7 +205,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	acfg := agent.Config{
 		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source,
 		Networks: nets, NewProber: newProber, Journal: jnl, State: dir, SavedGeneration: savedGen,
-		Interval: *interval, Logger: logger, Registerer: reg,
+		Interval: *interval, HoldAbove: *holdAbove, Logger: logger, Registerer: reg,
 		AfterPass: func(*agent.Report) { saveState() },
 	}
 	if exposer != nil { // not a nil *Exposer in the interface

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/meshhost/meshhost/digest"
 	"github.com/meshhost/meshhost/internal/agent"
@@ -34,6 +35,9 @@ type planFlags struct {
 	// showValues prints env and label values in changes, for a person at a
 	// terminal; without it they show as a key and short hashes.
 	showValues *bool
+	// holdAbove is the blast-radius hold to judge the plan by; -1: the
+	// agent's, as its status.json says.
+	holdAbove *int
 }
 
 func addPlanFlags(fs *flag.FlagSet) planFlags {
@@ -42,6 +46,7 @@ func addPlanFlags(fs *flag.FlagSet) planFlags {
 		state:       fs.String("state", statedir.Default, "the agent's state directory (served roster, migration state, saved declaration)"),
 		socket:      fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)"),
 		output:      fs.String("output", "text", "output format: text or json"),
+		holdAbove:   fs.Int("hold-above", -1, "judge the plan's blast radius by this --hold-above (default: the agent's, from STATE/status.json, else 5)"),
 		showValues:  fs.Bool("show-values", false, "show env and label values in changes (they may be secrets: for a person at a terminal, never for logs); without it a change shows the key and a short hash of the old and new value"),
 	}
 }
@@ -86,13 +91,22 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*planned, error)
 	if err != nil {
 		return nil, err
 	}
-	return planPass(ctx, dir, decl, rt, inPlace)
+	holdAbove := *f.holdAbove
+	if holdAbove < 0 {
+		holdAbove = agent.DefaultHoldAbove
+		if st, err := agent.LoadStatus(dir); err == nil && st != nil {
+			holdAbove = st.HoldAbove
+		}
+	}
+	return planPass(ctx, dir, decl, rt, inPlace, holdAbove)
 }
 
-// planned is what planPass found: the pass, and the roster it renders with.
+// planned is what planPass found: the pass, the roster it renders with,
+// and the freeze in force (nil: none).
 type planned struct {
 	*pass.Computed
 	Roster pass.Roster
+	Frozen *agent.Freeze
 }
 
 // planPass computes what the agent's next pass would do for decl on rt,
@@ -103,7 +117,10 @@ type planned struct {
 // The gate works on a copy of its state: a dry run never writes anything.
 // What it cannot foresee is what the pass itself would learn first (a probe
 // of a network changing its mode).
-func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, rt reconcile.Runtime, inPlace bool) (*planned, error) {
+//
+// The blast-radius hold is judged with holdAbove and the generation the
+// operator approved, as the agent judges it.
+func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, rt reconcile.Runtime, inPlace bool, holdAbove int) (*planned, error) {
 	var served *spec.Roster
 	if data, err := os.ReadFile(dir.Roster()); err == nil {
 		if served, err = specjson.ParseRoster(data); err != nil {
@@ -141,11 +158,13 @@ func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, rt 
 	if err != nil {
 		return nil, err
 	}
-	c, err := pass.Compute(ctx, pass.Input{Declaration: decl, Roster: roster.InForce, Gate: gate, Observed: observed, Planner: rec})
+	c, err := pass.Compute(ctx, pass.Input{Declaration: decl, Roster: roster.InForce, Gate: gate, Observed: observed, Planner: rec,
+		HoldAbove: holdAbove, Approved: func() uint64 { return agent.ApprovedDeclaration(dir) }})
 	if err != nil {
 		return nil, err
 	}
-	return &planned{Computed: c, Roster: roster}, nil
+	frozen, _ := agent.Frozen(dir) // unreadable: frozen all the same
+	return &planned{Computed: c, Roster: roster, Frozen: frozen}, nil
 }
 
 // actionJSON is one action of `meshhost plan --output json`.
@@ -177,10 +196,12 @@ func runPlan(ctx context.Context, env *environment, args []string) (int, error) 
 	}
 	if *f.output == "json" {
 		out := struct {
-			Actions   []actionJSON `json:"actions"`
-			Unmanaged int          `json:"unmanaged_left_alone"`
-			Roster    rosterJSON   `json:"roster"`
-		}{Actions: []actionJSON{}, Unmanaged: p.Unmanaged, Roster: rosterOf(pl.Roster)}
+			Actions   []actionJSON  `json:"actions"`
+			Unmanaged int           `json:"unmanaged_left_alone"`
+			Roster    rosterJSON    `json:"roster"`
+			Held      *pass.Hold    `json:"held,omitempty"`
+			Frozen    *agent.Freeze `json:"frozen,omitempty"`
+		}{Actions: []actionJSON{}, Unmanaged: p.Unmanaged, Roster: rosterOf(pl.Roster), Held: pl.Hold, Frozen: pl.Frozen}
 		for _, a := range changes {
 			out.Actions = append(out.Actions, actionJSON{string(a.Kind), a.Name, a.Reason, f.changes(a.Changes)})
 		}
@@ -188,7 +209,19 @@ func runPlan(ctx context.Context, env *environment, args []string) (int, error) 
 	}
 	printRoster(env.stdout, pl.Roster)
 	printPlan(env.stdout, p, *f.showValues)
+	printControls(env.stdout, pl)
 	return code, nil
+}
+
+// printControls says when the agent would not apply the plan: a
+// blast-radius hold, a freeze.
+func printControls(w io.Writer, pl *planned) {
+	if pl.Hold != nil {
+		fmt.Fprintln(w, pl.Hold)
+	}
+	if pl.Frozen != nil {
+		fmt.Fprintf(w, "the machine is frozen (since %s): the agent applies nothing of this plan until meshhost unfreeze\n", pl.Frozen.Since.UTC().Format(time.RFC3339))
+	}
 }
 
 // rosterJSON is the roster a planned pass renders with.
