@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
@@ -13,10 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -33,23 +37,27 @@ type controlsFixture struct {
 	agent  *agent.Agent
 	source *declsource.Source
 	push   string
+	logs   *syncbuf.Buffer     // every component's log
+	reg    *prometheus.Registry // every component's metrics
 }
 
 func newControlsFixture(t *testing.T) *controlsFixture {
 	t.Helper()
 	state := t.TempDir()
 	dir := statedir.New(state)
-	srv, err := resolver.New(resolver.Config{StatePath: dir.Roster(), Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
+	logs, reg := &syncbuf.Buffer{}, prometheus.NewRegistry()
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv, err := resolver.New(resolver.Config{StatePath: dir.Roster(), Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}, Logger: logger, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: "ace"})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: "ace", Logger: logger, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rt := memory.New(memory.Options{})
-	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 100, Window: time.Minute},
+	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 100, Window: time.Minute}, Logger: logger, Registerer: reg,
 		Frozen: func() bool { f, _ := agent.Frozen(dir); return f != nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -58,8 +66,9 @@ func newControlsFixture(t *testing.T) *controlsFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	source := declsource.New(declsource.Config{Machine: "ace"})
-	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, State: dir, Journal: jnl, HoldAbove: 2})
+	source := declsource.New(declsource.Config{Machine: "ace", Logger: logger, Registerer: reg})
+	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, State: dir, Journal: jnl, HoldAbove: 2,
+		Logger: logger, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +80,7 @@ func newControlsFixture(t *testing.T) *controlsFixture {
 	hs := &http.Server{Handler: source.Handler()}
 	go hs.Serve(l)
 	t.Cleanup(func() { hs.Close() })
-	return &controlsFixture{t: t, state: state, rt: rt, agent: a, source: source, push: push}
+	return &controlsFixture{t: t, state: state, rt: rt, agent: a, source: source, push: push, logs: logs, reg: reg}
 }
 
 // cli runs `meshhost args... --state STATE` and returns its exit code and
