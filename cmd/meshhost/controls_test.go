@@ -37,7 +37,7 @@ type controlsFixture struct {
 	agent  *agent.Agent
 	source *declsource.Source
 	push   string
-	logs   *syncbuf.Buffer     // every component's log
+	logs   *syncbuf.Buffer      // every component's log
 	reg    *prometheus.Registry // every component's metrics
 }
 
