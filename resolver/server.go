@@ -30,6 +30,7 @@ type Server struct {
 	socks          atomic.Pointer[[]*listener]      // the listeners, for Busy
 
 	forwards chan struct{} // a token per forward in flight
+	refusals *refusals     // refused clients, by network (SetNetworks)
 
 	// compile builds a roster's table: buildTable, except in tests that
 	// need a compile that fails or panics.
@@ -71,6 +72,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("registering resolver metrics: %w", err)
 	}
 	s.metrics = m
+	s.refusals = newRefusals()
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register((*refusedCollector)(s.refusals)); err != nil {
+			return nil, fmt.Errorf("registering resolver metrics: %w", err)
+		}
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
 	if cfg.StatePath != "" {

@@ -472,6 +472,7 @@ func (a *Agent) gateLocked(ctx context.Context, roster *spec.Roster, rep *Report
 	if _, err := a.cfg.Gate.Observe(nets); err != nil {
 		return fmt.Errorf("observing networks: %w", err)
 	}
+	nameNetworks(a.cfg.Resolver, nets)
 	prefer := a.cfg.Gate.Strategies()
 	// Before, and whatever becomes of, the prober: containers already in
 	// resolve mode need the resolver whether or not more networks can be

@@ -13,6 +13,8 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/pass"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
+	"github.com/meshhost/meshhost/migrations"
+	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -187,4 +189,28 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// networkNamer is a resolver that counts and logs refused clients by the
+// runtime network holding them (*resolver.Server).
+type networkNamer interface {
+	SetNetworks([]resolver.Network)
+}
+
+// nameNetworks tells the resolver, when it can count refused clients by
+// network, the runtime's networks nets.
+func nameNetworks(r Resolver, nets []migrations.Network) {
+	n, ok := r.(networkNamer)
+	if !ok {
+		return
+	}
+	out := make([]resolver.Network, 0, len(nets))
+	for _, net := range nets {
+		rn := resolver.Network{Name: net.Name}
+		for _, sub := range net.Subnets {
+			rn.Prefixes = append(rn.Prefixes, sub.Prefix)
+		}
+		out = append(out, rn)
+	}
+	n.SetNetworks(out)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -196,3 +198,32 @@ func TestFreeze(t *testing.T) {
 }
 
 func newTextLogger(w *syncbuf.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// TestRefusedCountedByNetwork: the agent names the runtime's networks to
+// its resolver, so the refused-clients counter of each network exists, at 0,
+// from the first pass.
+func TestRefusedCountedByNetwork(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	srv, err := resolver.New(resolver.Config{Registerer: reg, Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	f := newFixture(t, true, func(c *Config) { c.Resolver = srv })
+	f.push(t, declaration(1, spec.FlagOn, 1, 3))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "meshhost_resolver_refused_total" {
+			for _, m := range mf.GetMetric() {
+				got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if v, ok := got["podman"]; !ok || v != 0 {
+		t.Errorf("meshhost_resolver_refused_total = %v, want podman (the runtime's network) at 0", got)
+	}
+}
