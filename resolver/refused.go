@@ -47,7 +47,7 @@ type refusedNet struct {
 // never goes away (nor back to 0) when its network does.
 type refusals struct {
 	// mu guards byName; the hot path reads nets only.
-	mu     sync.Mutex
+	mu      sync.Mutex
 	byName  map[string]*refusal
 	nets    atomic.Pointer[refusedNets]
 	unknown *refusal // byName[UnknownNetwork]
