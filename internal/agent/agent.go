@@ -147,8 +147,10 @@ type Agent struct {
 	// the last pass found the machine frozen. Logged when they change.
 	hold   *pass.Hold
 	frozen bool
-	// statusWritten is the status.json last written.
+	// statusWritten is what status.json holds (nil: not read yet);
+	// statusErr why it could not be written last, logged when it changes.
 	statusWritten []byte
+	statusErr     string
 }
 
 // status is what a pass publishes when it ends.

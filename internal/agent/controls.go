@@ -128,19 +128,32 @@ func LoadStatus(dir statedir.Dir) (*Status, error) {
 	return &st, nil
 }
 
-// writeStatusLocked writes st when it differs from what was last written.
-// A failure is logged: the status informs, it decides nothing.
+// writeStatusLocked writes st when it differs from what the file holds
+// (read once, so that a restart writes nothing it already has: on a full
+// disk that write would fail). A failure is logged when it changes: the
+// status informs, it decides nothing.
 func (a *Agent) writeStatusLocked(st Status) {
+	syncs.AssertLocked(&a.mu)
 	st.Version = statusVersion
 	data, err := json.Marshal(st)
-	if err != nil || bytes.Equal(data, a.statusWritten) {
+	if err != nil {
 		return
 	}
-	if err := writeAtomic(a.cfg.State.Status(), append(data, '\n')); err != nil {
-		a.log.Warn("saving the agent's status for meshhost status", "err", err)
+	data = append(data, '\n')
+	if a.statusWritten == nil {
+		a.statusWritten, _ = os.ReadFile(a.cfg.State.Status())
+	}
+	if bytes.Equal(data, a.statusWritten) {
 		return
 	}
-	a.statusWritten = data
+	if err := writeAtomic(a.cfg.State.Status(), data); err != nil {
+		if err.Error() != a.statusErr {
+			a.log.Warn("saving the agent's status for meshhost status", "err", err)
+		}
+		a.statusErr = err.Error()
+		return
+	}
+	a.statusWritten, a.statusErr = data, ""
 }
 
 // controlsLocked publishes what the operator's controls make of this pass:
