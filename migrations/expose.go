@@ -21,6 +21,10 @@ type ExposerConfig struct {
 	// The strategy is used only while the address is assigned to this
 	// host, so probe traffic never leaves the machine.
 	NodeLocal netip.Addr
+	// Loopback is StrategyAardvark's address, where aardvark-dns forwards
+	// from the host. Default DefaultLoopback; it must be in 127.0.0.0/8
+	// (or ::1), which every host routes to itself without configuration.
+	Loopback netip.Addr
 	// Allow is the resolver's own client allow list; the Exposer sets the
 	// resolver's list to it plus the subnets of the networks it serves.
 	// Once an Exposer exists, change the list through SetAllow only.
@@ -71,6 +75,12 @@ func NewExposer(cfg ExposerConfig) (*Exposer, error) {
 	if !cfg.NodeLocal.IsValid() {
 		cfg.NodeLocal = netip.MustParseAddr(DefaultNodeLocal)
 	}
+	if !cfg.Loopback.IsValid() {
+		cfg.Loopback = netip.MustParseAddr(DefaultLoopback)
+	}
+	if cfg.Loopback = cfg.Loopback.Unmap(); !cfg.Loopback.IsLoopback() {
+		return nil, fmt.Errorf("migrations: ExposerConfig.Loopback %s is not a loopback address (127.0.0.0/8 or ::1)", cfg.Loopback)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -82,11 +92,12 @@ func NewExposer(cfg ExposerConfig) (*Exposer, error) {
 }
 
 // endpoint is what strategy s needs on network n: where the resolver
-// listens, which local forwards it keeps, and what the container's
-// resolv.conf says.
+// listens, which local forwards it keeps, which clients it answers besides
+// the network's subnets, and the container's DNS configuration.
 type endpoint struct {
 	listen   []netip.AddrPort
 	forwards []localForward
+	allow    []netip.Prefix
 	dns      spec.DNSConfig
 }
 
@@ -109,7 +120,7 @@ func (e *Exposer) endpoint(n Network, s Strategy) (endpoint, error) {
 			if n.Internal {
 				return endpoint{}, errors.New("the internal network has no gateway, so nothing on this host is reachable from it (podman gives an internal network without DNS a gateway only when created with --gateway)")
 			}
-			return endpoint{}, errors.New("the network has no IPv4 gateway")
+			return endpoint{}, errors.New("the network has no gateway")
 		}
 		ep := endpoint{dns: spec.DNSConfig{Servers: gws, Options: dnsOptions}}
 		for _, gw := range gws {
@@ -119,10 +130,21 @@ func (e *Exposer) endpoint(n Network, s Strategy) (endpoint, error) {
 	case StrategyNodeLocal:
 		nl := e.cfg.NodeLocal
 		if !assigned(nl) {
-			return endpoint{}, fmt.Errorf("node-local address %s is not assigned to this host; add it (ip addr add %s/32 dev lo) or configure another", nl, nl)
+			return endpoint{}, fmt.Errorf("node-local address %s is not assigned to this host; add it (ip addr add %s/%d dev lo) or configure another", nl, nl, nl.BitLen())
 		}
-		ep := endpoint{listen: []netip.AddrPort{netip.AddrPortFrom(nl, 53)}}
-		ep.dns = spec.DNSConfig{Servers: []netip.Addr{nl}, Options: dnsOptions}
+		if !n.DNSEnabled && !n.hasFamily(nl) {
+			// The container itself asks the node-local address. (Through
+			// aardvark-dns, on a DNS-enabled network, the host asks it.)
+			return endpoint{}, fmt.Errorf("the network has no %s subnet, so its containers have no route to the node-local address %s; configure a node-local address of the network's family", family(nl), nl)
+		}
+		// The node-local address as a client: where aardvark-dns forwards
+		// to it (podman 4.4 and later), the host sends from that address.
+		// A packet from one of the host's own addresses comes from the host.
+		ep := endpoint{
+			listen: []netip.AddrPort{netip.AddrPortFrom(nl, 53)},
+			allow:  []netip.Prefix{netip.PrefixFrom(nl, nl.BitLen())},
+			dns:    spec.DNSConfig{Servers: []netip.Addr{nl}, Options: dnsOptions},
+		}
 		if n.DNSEnabled {
 			ep.dns.Search = []string{PodmanDNSZone}
 			for _, sn := range n.Subnets {
@@ -132,8 +154,27 @@ func (e *Exposer) endpoint(n Network, s Strategy) (endpoint, error) {
 			}
 		}
 		return ep, nil
+	case StrategyAardvark:
+		if !n.DNSEnabled {
+			return endpoint{}, errors.New("the network has no aardvark-dns to forward to the resolver")
+		}
+		lo := e.cfg.Loopback
+		// Queries come from aardvark-dns on the host, from loopback: the
+		// resolver answers loopback always, and needs no local forwards
+		// (aardvark-dns answers container names itself).
+		return endpoint{
+			listen: []netip.AddrPort{netip.AddrPortFrom(lo, 53)},
+			dns:    spec.DNSConfig{Servers: []netip.Addr{lo}, Search: []string{PodmanDNSZone}, Options: dnsOptions},
+		}, nil
 	}
 	return endpoint{}, fmt.Errorf("strategy %q needs no resolver", s)
+}
+
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
 }
 
 // assigned reports whether a is an address of one of this host's
@@ -181,6 +222,11 @@ func (e *Exposer) expose(n Network, ep endpoint) error {
 		x = &exposure{subnets: subnets, allow: n.prefixes()}
 		e.networks[n.Name] = x
 	}
+	for _, p := range ep.allow {
+		if !slices.Contains(x.allow, p) {
+			x.allow = append(x.allow, p)
+		}
+	}
 	e.setAllowLocked()
 	for _, f := range ep.forwards {
 		e.cfg.Resolver.SetLocalForward(f.client, PodmanDNSZone, f.server)
@@ -218,7 +264,11 @@ func (e *Exposer) setAllowLocked() {
 	syncs.AssertLocked(&e.mu)
 	allow := slices.Clone(e.cfg.Allow)
 	for _, x := range e.networks {
-		allow = append(allow, x.allow...)
+		for _, p := range x.allow {
+			if !slices.Contains(allow, p) { // the node-local address, allowed by every network using it
+				allow = append(allow, p)
+			}
+		}
 	}
 	e.cfg.Resolver.SetAllow(allow)
 }

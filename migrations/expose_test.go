@@ -137,8 +137,10 @@ func TestExposerRetain(t *testing.T) {
 	}
 	check("all exposed", want{
 		listening: []string{"10.201.1.1:53", "10.201.2.1:53", nodeLocal},
-		allow:     []string{"10.201.1.0/24", "10.201.2.0/24", "10.201.3.0/24", "10.201.4.0/24", "192.0.2.0/24"},
-		forwards:  []string{"10.201.3.0/24->10.201.3.1:53"},
+		// The node-local address answers as a client too: aardvark-dns
+		// forwards to it from it (podman 4.4 and later).
+		allow:    []string{"10.201.1.0/24", "10.201.2.0/24", "10.201.3.0/24", "10.201.4.0/24", "127.0.0.1/32", "192.0.2.0/24"},
+		forwards: []string{"10.201.3.0/24->10.201.3.1:53"},
 	})
 
 	// a and c are gone: a's gateway is closed; the node-local address
@@ -146,7 +148,7 @@ func TestExposerRetain(t *testing.T) {
 	e.Retain([]Network{b, d})
 	check("a and c gone", want{
 		listening: []string{"10.201.2.1:53", nodeLocal},
-		allow:     []string{"10.201.2.0/24", "10.201.4.0/24", "192.0.2.0/24"},
+		allow:     []string{"10.201.2.0/24", "10.201.4.0/24", "127.0.0.1/32", "192.0.2.0/24"},
 	})
 	for _, line := range []string{
 		`the resolver stops listening on its address" component=migrations network=a addr=10.201.1.1:53`,
@@ -166,7 +168,7 @@ func TestExposerRetain(t *testing.T) {
 	e.SetAllow(nil)
 	check("allow list changed", want{
 		listening: []string{"10.201.2.1:53", nodeLocal},
-		allow:     []string{"10.201.2.0/24", "10.201.4.0/24"},
+		allow:     []string{"10.201.2.0/24", "10.201.4.0/24", "127.0.0.1/32"},
 	})
 
 	// Every network gone: the node-local address goes with the last one

@@ -92,12 +92,30 @@ const (
 	// container's DNS server. Only where the runtime does not serve DNS.
 	StrategyGateway Strategy = "gateway"
 	// StrategyNodeLocal: the resolver listens on a node-local address
-	// assigned to the host's lo (RunnerConfig.NodeLocal), reached through
-	// the container's default route. On a DNS-enabled network the
-	// resolver forwards the network's container names (dns.podman and
-	// single labels) from its subnets to its aardvark-dns, and the
-	// container's search list keeps dns.podman.
+	// assigned to the host's lo (RunnerConfig.NodeLocal), given to the
+	// container as its DNS server. On a network without runtime DNS the
+	// container reaches it through its default route. On a DNS-enabled
+	// network the container's search list keeps dns.podman, and then it
+	// depends on the runtime: podman before 4.4 writes only the given
+	// server into resolv.conf, so the container asks the resolver, which
+	// forwards the network's container names (dns.podman and single
+	// labels) from its subnets to its aardvark-dns; podman 4.4 and later
+	// keep aardvark-dns as the container's nameserver and make it forward
+	// what it does not serve to the given server, from the host (the
+	// query's source is the node-local address itself, which the resolver
+	// then answers).
 	StrategyNodeLocal Strategy = "node-local"
+	// StrategyAardvark: on a DNS-enabled network whose runtime keeps
+	// aardvark-dns as the container's nameserver and makes it forward
+	// what it does not serve to the container's --dns servers (podman 4.4
+	// and later), the resolver listens on a loopback address
+	// (RunnerConfig.Loopback, any of 127.0.0.0/8: nothing to assign),
+	// which aardvark-dns reaches from the host. Container names stay
+	// aardvark's; everything else reaches the resolver. Where the runtime
+	// writes the given server into resolv.conf instead (podman before
+	// 4.4), the container would ask its own loopback: the probe fails, and
+	// says so.
+	StrategyAardvark Strategy = "aardvark"
 	// StrategyNone: the network has nothing to resolve (driver none).
 	StrategyNone Strategy = "none"
 )
@@ -107,11 +125,15 @@ const PodmanDNSZone = "dns.podman"
 
 // candidates lists the strategies worth probing on a network of kind k, in
 // order of preference. Empty: none can work, and the network is reported.
+// On a DNS-enabled bridge the aardvark strategy comes first: where it
+// works it needs no address assigned to lo.
 func candidates(k Kind) []Strategy {
 	switch k {
 	case KindBridge:
 		return []Strategy{StrategyGateway, StrategyNodeLocal}
-	case KindBridgeDNS, KindHost:
+	case KindBridgeDNS:
+		return []Strategy{StrategyAardvark, StrategyNodeLocal}
+	case KindHost:
 		return []Strategy{StrategyNodeLocal}
 	case KindInternal:
 		return []Strategy{StrategyGateway}
@@ -123,15 +145,36 @@ func candidates(k Kind) []Strategy {
 	return nil // KindInternalDNS
 }
 
-// gateways returns the network's IPv4 gateways, in subnet order.
+// gateways returns the gateways a container on the network is given as its
+// DNS servers, in subnet order: the IPv4 ones, or on an IPv6-only network
+// the IPv6 ones. One family only: every nameserver line is the resolver,
+// and a container with addresses of both families reaches IPv4.
 func (n Network) gateways() []netip.Addr {
-	var out []netip.Addr
+	var v4, v6 []netip.Addr
 	for _, s := range n.Subnets {
-		if s.Gateway.Is4() && !slices.Contains(out, s.Gateway) {
-			out = append(out, s.Gateway)
+		switch gw := s.Gateway; {
+		case !gw.IsValid():
+		case gw.Is4() && !slices.Contains(v4, gw):
+			v4 = append(v4, gw)
+		case gw.Is6() && !slices.Contains(v6, gw):
+			v6 = append(v6, gw)
 		}
 	}
-	return out
+	if len(v4) > 0 {
+		return v4
+	}
+	return v6
+}
+
+// hasFamily reports whether the network has a subnet of a's family, so
+// that a container on it has an address to reach a from.
+func (n Network) hasFamily(a netip.Addr) bool {
+	for _, s := range n.Subnets {
+		if s.Prefix.IsValid() && s.Prefix.Addr().Is4() == a.Is4() {
+			return true
+		}
+	}
+	return false
 }
 
 func (n Network) prefixes() []netip.Prefix {

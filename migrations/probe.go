@@ -56,6 +56,12 @@ type Resolver interface {
 //	ip addr add 169.254.53.53/32 dev lo
 const DefaultNodeLocal = "169.254.53.53"
 
+// DefaultLoopback is the address StrategyAardvark uses unless told
+// otherwise: in 127.0.0.0/8, which needs no configuration, and away from
+// the loopback addresses local resolvers take (127.0.0.1, systemd-resolved's
+// 127.0.0.53 and 127.0.0.54).
+const DefaultLoopback = "127.53.53.53"
+
 // LabelProbe marks probe containers, with the probe's nonce as its value.
 // The reconciler never manages them (they lack its managed label).
 const LabelProbe = spec.LabelPrefix + "probe"
@@ -65,8 +71,8 @@ const LabelProbe = spec.LabelPrefix + "probe"
 type RunnerConfig struct {
 	Runtime Runtime
 	// Exposer, when set, is how the Runner makes the resolver reachable,
-	// shared with its other users (the agent): Resolver, NodeLocal and
-	// Allow are then the Exposer's, and ignored here. Nil: the Runner
+	// shared with its other users (the agent): Resolver, NodeLocal,
+	// Loopback and Allow are then the Exposer's, and ignored here. Nil: the Runner
 	// makes its own from them.
 	Exposer  *Exposer
 	Resolver Resolver
@@ -84,6 +90,8 @@ type RunnerConfig struct {
 	// The strategy is tried only while the address is assigned to this
 	// host, so probe traffic never leaves the machine.
 	NodeLocal netip.Addr
+	// Loopback is StrategyAardvark's address. Default DefaultLoopback.
+	Loopback netip.Addr
 	// Allow is the resolver's own client allow list; the Runner sets the
 	// resolver's list to it plus the subnets of the networks it serves.
 	// Once a Runner exists, change the list through its Exposer's
@@ -108,6 +116,11 @@ type RunnerConfig struct {
 	Logger *slog.Logger
 	// Now is the clock of Result.At. Nil: time.Now.
 	Now func() time.Time
+	// Canary returns the address the resolver answers for the canary of
+	// nonce. Nil: resolver.CanaryAddress, right for a resolver in this
+	// process; a resolver in a process of its own is asked (its canary
+	// secret is its own), e.g. with resolver/control's Client.Canary.
+	Canary func(ctx context.Context, nonce string) (netip.Addr, error)
 }
 
 // Runner probes networks.
@@ -146,7 +159,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	exp := cfg.Exposer
 	if exp == nil {
 		var err error
-		exp, err = NewExposer(ExposerConfig{Resolver: cfg.Resolver, NodeLocal: cfg.NodeLocal, Allow: cfg.Allow, Logger: cfg.Logger})
+		exp, err = NewExposer(ExposerConfig{Resolver: cfg.Resolver, NodeLocal: cfg.NodeLocal, Loopback: cfg.Loopback, Allow: cfg.Allow, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -285,6 +298,9 @@ func (r *Runner) attempt(ctx context.Context, n Network, s Strategy) (Attempt, s
 	a.Latency = out.canaryLatency()
 	if !out.Pass {
 		a.Reason = out.why()
+		if d := diagnose(s, e.dns, out); d != "" {
+			a.Reason += " (" + d + ")"
+		}
 		return a, spec.DNSConfig{}
 	}
 	a.Pass = true
@@ -327,7 +343,38 @@ type probeOutput struct {
 		Error     string   `json:"error"`
 		LatencyMS float64  `json:"latency_ms"`
 	} `json:"checks"`
-	ResolvConf string `json:"resolv_conf"`
+	ResolvConf string   `json:"resolv_conf"`
+	Addrs      []string `json:"addrs"` // the probe container's own addresses
+}
+
+// diagnose says, from what the probe container saw, why a strategy s
+// configured as dns cannot work there, when the runtime did something the
+// strategy cannot live with; "" when nothing explains the failure.
+func diagnose(s Strategy, dns spec.DNSConfig, out probeOutput) string {
+	var servers []netip.Addr
+	for _, line := range strings.Split(out.ResolvConf, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil {
+				servers = append(servers, a.Unmap())
+			}
+		}
+	}
+	var why []string
+	if s == StrategyAardvark && slices.ContainsFunc(servers, func(a netip.Addr) bool { return slices.Contains(dns.Servers, a) }) {
+		why = append(why, fmt.Sprintf("the runtime wrote the DNS server %s into the container's resolv.conf instead of keeping aardvark-dns as its nameserver, as podman before 4.4 does: the container asks its own loopback", strings.Join(addrStrings(dns.Servers), ",")))
+	}
+	v4, v6 := false, false
+	for _, s := range out.Addrs {
+		if a, err := netip.ParseAddr(s); err == nil {
+			v4, v6 = v4 || a.Unmap().Is4(), v6 || a.Is6() && !a.Is4In6()
+		}
+	}
+	for _, a := range servers {
+		if !a.IsLoopback() && (a.Is4() && !v4 || a.Is6() && !v6) {
+			why = append(why, fmt.Sprintf("the container has no %s address to reach its nameserver %s", family(a), a))
+		}
+	}
+	return strings.Join(why, "; ")
 }
 
 func (o probeOutput) canaryLatency() time.Duration {
@@ -362,9 +409,16 @@ func (r *Runner) run(ctx context.Context, n Network, dns spec.DNSConfig) (probeO
 	if r.cfg.OutsideWant.IsValid() {
 		outsideWant = r.cfg.OutsideWant.String()
 	}
+	canary := resolver.CanaryAddress(nonce)
+	if r.cfg.Canary != nil {
+		var err error
+		if canary, err = r.cfg.Canary(ctx, nonce); err != nil {
+			return probeOutput{}, fmt.Errorf("asking the resolver for the canary's address: %w", err)
+		}
+	}
 	args := []string{
 		"-canary", resolver.CanaryName(nonce, r.cfg.Zone) + ".",
-		"-canary-want", resolver.CanaryAddress(nonce).String(),
+		"-canary-want", canary.String(),
 		"-outside", strings.TrimSuffix(r.cfg.Outside, ".") + ".",
 		"-outside-want", outsideWant,
 		"-timeout", "4s",

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/meshhost/meshhost/digest"
@@ -35,7 +36,7 @@ func (p *planner) compareFields(a Action, o *Observed, id identity) Action {
 		return a
 	}
 	a.StopTimeout = ins.Settings.StopTimeout
-	replace, inPlace := splitChanges(digest.Explain(declaredOnly(ins.Settings, a.Desired), *a.Desired))
+	replace, inPlace := splitChanges(digest.Explain(declaredOnly(ins, a.Desired), *a.Desired))
 	why := "has no meshhost labels"
 	if id.managed {
 		v, _ := digest.VersionOf(id.digest)
@@ -72,8 +73,10 @@ func (p *planner) compareFields(a Action, o *Observed, id identity) Action {
 // image adds, meshhost's own labels, and the image's or runtime's defaults
 // for what the declaration leaves unset (podman reports working dir "/",
 // the image's command and entrypoint and healthcheck, the address it
-// assigned).
-func declaredOnly(got spec.Rendered, want *spec.Rendered) spec.Rendered {
+// assigned). Declared capabilities are judged by what the container holds
+// (see Inspected.Capabilities).
+func declaredOnly(ins Inspected, want *spec.Rendered) spec.Rendered {
+	got := ins.Settings
 	out := got
 	out.Name = want.Name
 	if want.WorkingDir == "" {
@@ -115,7 +118,44 @@ func declaredOnly(got spec.Rendered, want *spec.Rendered) spec.Rendered {
 	if out.Restart.Name == "" {
 		out.Restart.Name = "no"
 	}
+	if ins.Capabilities != nil {
+		out.CapAdd, out.CapDrop = heldCaps(ins.Capabilities, got, want)
+	}
 	return out
+}
+
+// heldCaps returns the capabilities added and dropped as the declaration
+// would say them, judged by the bounding set held: what the runtime reports
+// (against its defaults), plus each declared add the container holds and
+// each declared drop it does not. A declared drop of "ALL" holds when the
+// container holds nothing but declared adds.
+func heldCaps(held []string, got spec.Rendered, want *spec.Rendered) (add, drop []string) {
+	add = slices.Clone(got.CapAdd)
+	for _, c := range want.CapAdd {
+		if slices.Contains(held, c) {
+			add = append(add, c)
+		}
+	}
+	if slices.Contains(want.CapDrop, "ALL") {
+		if !slices.ContainsFunc(held, func(c string) bool { return !slices.Contains(want.CapAdd, c) }) {
+			return compactSorted(add), slices.Clone(want.CapDrop)
+		}
+	}
+	drop = slices.Clone(got.CapDrop)
+	for _, c := range want.CapDrop {
+		if c != "ALL" && !slices.Contains(held, c) {
+			drop = append(drop, c)
+		}
+	}
+	return compactSorted(add), compactSorted(drop)
+}
+
+func compactSorted(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	slices.Sort(s)
+	return slices.Compact(s)
 }
 
 // keepKeys returns the entries of got whose keys want has, leaving out

@@ -84,7 +84,15 @@ type Inspected struct {
 	// spec's vocabulary. Runtimes add their own defaults (an image's env,
 	// the runtime's labels); adoption compares with that in mind.
 	Settings spec.Rendered
-	Health   Health
+	// Capabilities is the container's capability bounding set, "CAP_"
+	// spelled and sorted; nil when the runtime does not say. A runtime
+	// reports Settings.CapAdd and CapDrop against its own default set,
+	// which differs between runtimes and versions (podman 5 no longer
+	// grants MKNOD, NET_RAW and AUDIT_WRITE), so a declared drop of a
+	// capability the runtime does not grant anyway is not reported;
+	// adoption judges declared capabilities against this set instead.
+	Capabilities []string
+	Health       Health
 	// StartedAt and FinishedAt come from the runtime's own clock.
 	FinishedAt time.Time
 }

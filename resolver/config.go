@@ -28,6 +28,17 @@ type Config struct {
 	// UpstreamTimeout bounds one attempt at one upstream. Default 2s.
 	UpstreamTimeout time.Duration
 
+	// CacheSize is how many upstream answers are kept, for names outside
+	// the mesh only: 0 means DefaultCacheSize, a negative size disables the
+	// cache. An entry is at most 1232 bytes.
+	CacheSize int
+	// CacheMaxTTL caps how long an answer is kept (and the TTLs it is
+	// served with): 0 means DefaultCacheMaxTTL, negative disables the
+	// cache. CacheMaxNegativeTTL caps NXDOMAIN and NODATA answers, which
+	// are otherwise kept as RFC 2308 says: 0 means
+	// DefaultCacheMaxNegativeTTL, negative keeps none.
+	CacheMaxTTL, CacheMaxNegativeTTL time.Duration
+
 	// Allow lists the client networks that are answered, besides loopback
 	// which always is. Every other client gets REFUSED.
 	Allow []netip.Prefix
@@ -70,6 +81,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.UpstreamTimeout <= 0 {
 		c.UpstreamTimeout = defaultUpstreamTimeout
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = DefaultCacheSize
+	}
+	if c.CacheMaxTTL == 0 {
+		c.CacheMaxTTL = DefaultCacheMaxTTL
+	}
+	if c.CacheMaxNegativeTTL == 0 {
+		c.CacheMaxNegativeTTL = DefaultCacheMaxNegativeTTL
 	}
 	if c.Forbidden == nil {
 		c.Forbidden = PodmanDNSGuard()

@@ -12,7 +12,10 @@
 //
 // Answers for roster names are written straight into the reply buffer from a
 // compact table (no allocation, no goroutine per query); anything unusual
-// takes the full codeberg.org/miekg/dns path. The resolver never binds an
+// takes the full codeberg.org/miekg/dns path. Other names are forwarded
+// (forward.go: a few long-lived sockets per upstream on random ports, failing
+// upstreams skipped for a while) and their answers kept in a bounded cache
+// (cache.go) that never holds the roster's names. The resolver never binds an
 // address and port that another process serves (aardvark-dns in particular),
 // and it answers only the clients it is told to (loopback and Config.Allow):
 // it is never an open resolver.

@@ -36,11 +36,13 @@ type query struct {
 	edns    bool
 	udpSize uint16
 	do      bool
+	ok      bool // parseQuery read the query; the fields above are valid
 }
 
 // scratch is one worker's reusable memory: the fast path allocates nothing.
 type scratch struct {
 	lower [255]byte
+	key   [cacheKeyLen]byte
 	q     query
 }
 
@@ -48,6 +50,7 @@ type scratch struct {
 // authority records and at most an OPT record of version 0. It reports false
 // for anything else, which the slow path then handles (or rejects).
 func parseQuery(req []byte, sc *scratch) bool {
+	sc.q.ok = false
 	if len(req) < headerLen+5 {
 		return false
 	}
@@ -110,7 +113,8 @@ func parseQuery(req []byte, sc *scratch) bool {
 		rdlen := int(binary.BigEndian.Uint16(req[off+9:]))
 		off += 11 + rdlen
 	}
-	return off == len(req)
+	q.ok = off == len(req)
+	return q.ok
 }
 
 // limit is the largest UDP reply the client takes.

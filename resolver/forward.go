@@ -1,15 +1,66 @@
 package resolver
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+)
+
+// Forwarding. A question that is not the mesh's goes to the upstreams in
+// turn, healthy ones first (upstreams.go), until one gives a useful answer;
+// SERVFAIL comes only when every one failed.
+//
+// Each upstream has a few long-lived UDP sockets, each connected to it, so
+// the kernel delivers a socket only datagrams from that server's address and
+// port. Each socket is bound by the kernel to a random ephemeral port and is
+// retired after socketUses queries or socketAge, whichever comes first, for
+// a fresh one on a new random port: an off-path attacker has to guess the
+// port among the live ones and a random 16-bit ID, and a socket's port is
+// not open for long. A reply is taken only when its ID belongs to a query in
+// flight on that socket and it repeats that query's question; anything else
+// (a late reply, a spoof) is dropped and the query keeps waiting. With the
+// cache on, identical questions in flight together go upstream once (join),
+// so many copies of one question cannot multiply an attacker's chances.
+//
+// Many queries share a socket, told apart by their IDs; one goroutine per
+// socket reads its replies in batches and answers the clients. Nothing runs
+// per query but a timer for its timeout. Truncated replies are asked again
+// over TCP, on connections kept open for reuse while the upstream keeps
+// them.
+
+const (
+	// udpSockets is the number of UDP sockets per upstream.
+	udpSockets = 8
+	// socketUses and socketAge bound how long one socket, and so one source
+	// port, is used for new queries.
+	socketUses = 256
+	socketAge  = 30 * time.Second
+	// replyBufSize is the largest UDP reply read from an upstream. Queries
+	// go upstream advertising at most ednsSize; a larger reply (to a query
+	// the slow path could not rewrite) is cut here and asked again over TCP.
+	replyBufSize = 4096
+	// idleTCPConns is how many idle TCP connections to one upstream are
+	// kept for the next truncated reply, each for at most tcpReuse.
+	idleTCPConns = 2
+	tcpReuse     = 10 * time.Second
+	// poolIdle is how long an upstream nobody asks keeps its sockets.
+	poolIdle = time.Minute
+)
+
+var (
+	errClosed   = errors.New("resolver is closed")
+	errMismatch = errors.New("reply does not match the query")
 )
 
 // replyTo is where an asynchronous (forwarded) answer goes.
@@ -19,59 +70,258 @@ type replyTo struct {
 	tcp  *tcpConn
 }
 
+// send sends b (which it does not keep) without waiting for the client: a
+// TCP client that does not read must not hold up the upstream socket's
+// reader, which answers other clients too.
 func (r replyTo) send(b []byte) {
 	switch {
 	case b == nil:
 	case r.udp != nil:
 		r.udp.WriteToUDPAddrPort(b, r.addr)
 	case r.tcp != nil:
-		r.tcp.write(b)
+		msg := frame(b)
+		go r.tcp.writeFramed(msg)
 	}
 }
 
-// startForward runs job in its own goroutine, or answers SERVFAIL at once
-// when maxForwards are already in flight.
+// forwardJob is a question for upstream or network-local servers.
+type forwardJob struct {
+	req     []byte           // the client's query, copied
+	targets []netip.AddrPort // tried in order
+	limit   int              // largest reply the client takes
+	qtype   uint16
+	opt     int    // offset of the query's OPT record, -1 when unknown
+	key     []byte // the cache key; nil: the answer is not cached
+	query   query  // the fast path's reading of req (no qname), with key
+	local   bool   // targets are a network-local server, not the upstreams
+}
+
+// startForward sends job upstream; its answer goes to `to`. Beyond
+// maxForwards in flight it answers SERVFAIL at once.
 func (s *Server) startForward(job *forwardJob, to replyTo) {
-	select {
-	case s.forwards <- struct{}{}:
-	default:
+	if s.inflight.Add(1) > s.maxInflight.Load() {
+		s.inflight.Add(-1)
 		s.metrics.count(job.qtype, rcodeServFail)
 		to.send(servFail(job.req))
 		return
 	}
-	s.wg.Go(func() {
-		defer func() { <-s.forwards }()
-		resp := s.forward(s.ctx, job)
-		if resp != nil {
-			s.metrics.count(job.qtype, resp[3]&0x0F)
-		}
-		to.send(resp)
-	})
+	s.wg.Add(1)
+	p := &pending{forwardJob: job, s: s, to: to}
+	if job.key != nil && s.cache != nil && s.fwd.join(p) {
+		return // answered when the same question in flight is
+	}
+	p.start()
 }
 
-// forward asks job's targets in turn and returns the first useful answer,
-// fitted to the client's size, or SERVFAIL when none gives one.
-func (s *Server) forward(ctx context.Context, job *forwardJob) []byte {
-	s.metrics.forwarded.Inc()
-	var fallback []byte
-	for _, target := range job.targets {
-		start := time.Now()
-		resp, err := exchange(ctx, job.req, target, s.cfg.UpstreamTimeout)
-		s.metrics.latency.Observe(time.Since(start).Seconds())
-		if err != nil {
-			s.log.Debug("upstream failed", "upstream", target, "err", err)
+// start sends p to its first target.
+func (p *pending) start() {
+	p.s.metrics.forwarded.Inc()
+	p.targets = p.s.fwd.order(p.targets)
+	p.q = upstreamQuery(p.req, p.opt)
+	p.try()
+}
+
+// maxJoiners bounds the questions waiting on one identical question in
+// flight; more are forwarded on their own.
+const maxJoiners = 64
+
+// join makes p wait for an identical question (same cache key) already in
+// flight, reporting true; or, when there is none, makes p the one the next
+// identical questions wait for. An upstream is asked each question once
+// at a time: it saves the upstream work, and an off-path attacker cannot
+// raise its odds by having many identical queries in flight (the birthday
+// attack on DNS).
+func (f *forwarder) join(p *pending) bool {
+	k := string(p.key)
+	f.joinMu.Lock()
+	defer f.joinMu.Unlock()
+	first := f.joining[k]
+	switch {
+	case first == nil:
+		f.joining[k] = p
+		p.leads = true
+	case len(first.joiners) < maxJoiners:
+		first.joiners = append(first.joiners, p)
+		return true
+	}
+	return false
+}
+
+// answerJoiners answers the questions that waited for p, from the cache p's
+// answer went into; those it cannot answer (an answer not kept) are
+// forwarded on their own.
+func (p *pending) answerJoiners() {
+	f := p.s.fwd
+	f.joinMu.Lock()
+	if k := string(p.key); f.joining[k] == p {
+		delete(f.joining, k)
+	}
+	joiners := p.joiners
+	p.joiners = nil
+	f.joinMu.Unlock()
+	for _, j := range joiners {
+		resp, ok := p.s.cache.answer(j.key, j.req, &j.query, nil, j.limit, time.Now())
+		if !ok {
+			j.start()
 			continue
 		}
-		if rc := resp[3] & 0x0F; rc == rcodeServFail || rc == rcodeRefused {
-			fallback = resp // another upstream may do better
-			continue
+		p.s.metrics.count(j.qtype, resp[3]&0x0F)
+		j.to.send(resp)
+		j.done()
+	}
+}
+
+// upstreamQuery is the query as it goes upstream: the client's, advertising
+// at most ednsSize so that replies are not fragmented (fragments are the
+// easiest to spoof).
+func upstreamQuery(req []byte, opt int) []byte {
+	q := bytes.Clone(req)
+	if opt >= 0 && opt+5 <= len(q) && binary.BigEndian.Uint16(q[opt+3:]) > ednsSize {
+		binary.BigEndian.PutUint16(q[opt+3:], ednsSize)
+	}
+	return q
+}
+
+// pending is one forwarded question until it is answered.
+type pending struct {
+	*forwardJob
+	s        *Server
+	to       replyTo
+	q        []byte // the query as sent; its ID is the current attempt's
+	next     int    // index in targets of the next attempt
+	fallback []byte // a SERVFAIL or REFUSED reply, kept while others are asked
+	sent     bool   // q went out once: a retry writes its ID into a copy
+
+	leads   bool       // identical questions may wait for this one
+	joiners []*pending // they, guarded by forwarder.joinMu
+}
+
+// try asks the next target, or finishes when none is left. Attempts are
+// sequential: try runs again only when the previous attempt ended.
+func (p *pending) try() {
+	for p.next < len(p.targets) {
+		target := p.targets[p.next]
+		p.next++
+		if p.sent {
+			// An earlier attempt's write (or TCP exchange) may still be
+			// reading q when its timeout hands the query on.
+			p.q = bytes.Clone(p.q)
 		}
-		return fit(resp, job.limit)
+		p.sent = true
+		err := errClosed
+		for range 2 { // a pool the janitor just closed: once more with a new one
+			u := p.s.fwd.upstream(target)
+			if u == nil {
+				break
+			}
+			if err = u.send(p); !errors.Is(err, errClosed) {
+				break
+			}
+		}
+		if err == nil {
+			return
+		}
+		p.s.log.Debug("upstream failed", "upstream", target, "err", err)
+		if !errors.Is(err, errClosed) {
+			p.s.fwd.failed(target, err)
+		}
 	}
-	if fallback != nil {
-		return fit(fallback, job.limit)
+	p.finish(p.fallback)
+}
+
+// finish answers the client with resp (a reply from upstream, ours to
+// change) or, when nil, SERVFAIL; and caches it when it may.
+func (p *pending) finish(resp []byte) {
+	s := p.s
+	if resp == nil {
+		resp = servFail(p.req)
 	}
-	return servFail(job.req)
+	resp[0], resp[1] = p.req[0], p.req[1]
+	if p.key != nil && s.cache != nil {
+		s.cache.store(p.key, resp, time.Now(), s.isMeshName)
+	}
+	out := fit(resp, p.limit)
+	s.metrics.count(p.qtype, out[3]&0x0F)
+	p.to.send(out)
+	if p.leads {
+		p.answerJoiners()
+	}
+	p.done()
+}
+
+// done releases p's place among the questions in flight.
+func (p *pending) done() {
+	p.s.inflight.Add(-1)
+	p.s.wg.Done()
+}
+
+// isMeshName reports whether the roster being served holds the lowercase
+// wire name, or a zone holding it.
+func (s *Server) isMeshName(name []byte) bool {
+	t := s.table.Load()
+	if t == nil {
+		return false
+	}
+	e, zi := t.lookup(name)
+	return e != nil || zi != 0
+}
+
+// attempt is one query to one upstream over UDP.
+type attempt struct {
+	p     *pending
+	up    *upstream
+	sock  *upSock
+	id    uint16
+	start time.Time
+	timer *time.Timer
+}
+
+// expire ends an attempt that got no answer in time.
+func (a *attempt) expire() {
+	if !a.sock.claim(a) {
+		return // answered meanwhile
+	}
+	a.p.s.metrics.latency.Observe(time.Since(a.start).Seconds())
+	a.p.s.fwd.failed(a.up.addr, errTimeout)
+	a.p.try()
+}
+
+var errTimeout = errors.New("no answer in time")
+
+// reply takes the upstream's answer b (valid until reply returns).
+func (a *attempt) reply(b []byte) {
+	p := a.p
+	p.s.metrics.latency.Observe(time.Since(a.start).Seconds())
+	a.up.succeeded()
+	switch rc := b[3] & 0x0F; {
+	case b[2]&0x02 != 0: // TC: ask again over TCP
+		trunc := bytes.Clone(b)
+		go p.overTCP(a.up, trunc)
+	case rc == rcodeServFail || rc == rcodeRefused:
+		p.fallback = bytes.Clone(b) // another upstream may do better
+		p.try()
+	default:
+		p.finish(b)
+	}
+}
+
+// overTCP asks u again over TCP after a truncated reply; when that fails the
+// client gets the truncated reply, and may retry over TCP itself.
+func (p *pending) overTCP(u *upstream, trunc []byte) {
+	start := time.Now()
+	resp, err := u.exchangeTCP(p.s.ctx, p.q, p.s.cfg.UpstreamTimeout)
+	p.s.metrics.latency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		p.s.log.Debug("upstream failed over TCP", "upstream", u.addr, "err", err)
+		p.finish(trunc)
+		return
+	}
+	if rc := resp[3] & 0x0F; rc == rcodeServFail || rc == rcodeRefused {
+		p.fallback = resp
+		p.try()
+		return
+	}
+	p.finish(resp)
 }
 
 func servFail(req []byte) []byte { return errorReply(req, rcodeServFail) }
@@ -97,87 +347,433 @@ func fit(resp []byte, limit int) []byte {
 	return out
 }
 
-var errMismatch = errors.New("reply does not match the query")
+// forwarder holds the upstreams being asked.
+type forwarder struct {
+	s *Server
+	// uses is socketUses, less in tests that watch sockets rotate;
+	// downFor is the constant downFor, more in tests on slow machines.
+	uses, downFor atomic.Int64
+	// mu guards the fields below.
+	mu     sync.Mutex
+	pools  map[netip.AddrPort]*upstream
+	closed bool
 
-// exchange sends req to server under a fresh random ID, over UDP and, when
-// the reply is truncated, again over TCP. The reply carries req's ID.
-func exchange(ctx context.Context, req []byte, server netip.AddrPort, timeout time.Duration) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	q := append([]byte(nil), req...)
-	var idb [2]byte
-	rand.Read(idb[:])
-	q[0], q[1] = idb[0], idb[1]
-
-	resp, err := exchangeUDP(ctx, q, server)
-	if err != nil {
-		return nil, err
-	}
-	if resp[2]&0x02 != 0 { // TC: ask again over TCP
-		if r, err := exchangeTCP(ctx, q, server); err == nil {
-			resp = r
-		}
-	}
-	resp[0], resp[1] = req[0], req[1]
-	return resp, nil
+	// joinMu guards joining, and the joiners of the pendings in it.
+	joinMu  sync.Mutex
+	joining map[string]*pending // questions in flight others may wait for, by cache key
 }
 
-func exchangeUDP(ctx context.Context, q []byte, server netip.AddrPort) ([]byte, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "udp", server.String())
-	if err != nil {
-		return nil, err
+// upstream returns the pool of addr, made on first use; nil once closed.
+func (f *forwarder) upstream(addr netip.AddrPort) *upstream {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
 	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
+	u := f.pools[addr]
+	if u == nil || u.isClosed() {
+		u = &upstream{f: f, addr: addr, lastUse: time.Now()}
+		f.pools[addr] = u
 	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if _, err := c.Write(q); err != nil {
-		return nil, err
-	}
-	buf := make([]byte, 65535)
+	return u
+}
+
+// janitor closes the sockets of upstreams nobody asked for poolIdle, and
+// idle TCP connections past tcpReuse, until ctx ends.
+func (f *forwarder) janitor(ctx context.Context) {
+	tick := time.NewTicker(poolIdle / 2)
+	defer tick.Stop()
 	for {
-		n, err := c.Read(buf)
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			f.mu.Lock()
+			var idle []*upstream
+			for a, u := range f.pools {
+				if u.idleSince(now) > poolIdle {
+					delete(f.pools, a)
+					idle = append(idle, u)
+				}
+			}
+			pools := make([]*upstream, 0, len(f.pools))
+			for _, u := range f.pools {
+				pools = append(pools, u)
+			}
+			f.mu.Unlock()
+			for _, u := range idle {
+				u.close()
+			}
+			for _, u := range pools {
+				u.dropStaleTCP(now)
+			}
+		}
+	}
+}
+
+// close closes every socket; queries in flight are answered SERVFAIL.
+func (f *forwarder) close() {
+	f.mu.Lock()
+	f.closed = true
+	pools := f.pools
+	f.pools = nil
+	f.mu.Unlock()
+	for _, u := range pools {
+		u.close()
+	}
+}
+
+// upstream is one server: its UDP sockets, idle TCP connections and health.
+type upstream struct {
+	f    *forwarder
+	addr netip.AddrPort
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	socks    [udpSockets]*upSock
+	retired  []*upSock // replaced, closing once their last attempt ends
+	idleTCP  []idleConn
+	lastUse  time.Time
+	closed   bool
+	fails    int       // consecutive failures
+	downTill time.Time // skipped until then, when fails > 0
+}
+
+type idleConn struct {
+	c     net.Conn
+	since time.Time
+}
+
+// send registers an attempt of p on one of u's sockets and sends p's query.
+func (u *upstream) send(p *pending) error {
+	sock, err := u.pick()
+	if err != nil {
+		return err
+	}
+	// p.q is read here, before register: once registered, the attempt's
+	// timeout may start the next one, which replaces p.q.
+	q := p.q
+	a := &attempt{p: p, up: u, sock: sock}
+	if err := sock.register(a, q, p.s.cfg.UpstreamTimeout); err != nil {
+		return err
+	}
+	if _, err := sock.conn.Write(q); err != nil {
+		if sock.claim(a) {
+			a.timer.Stop()
+			return err
+		}
+	}
+	return nil
+}
+
+// pick returns a socket at random, replacing a retired one.
+func (u *upstream) pick() (*upSock, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return nil, errClosed
+	}
+	now := time.Now()
+	u.lastUse = now
+	i := mrand.IntN(udpSockets)
+	s := u.socks[i]
+	if s == nil || int64(s.uses) >= u.f.uses.Load() || now.Sub(s.born) >= socketAge || s.isClosed() {
+		if s != nil {
+			s.retire()
+			u.retired = slices.DeleteFunc(u.retired, (*upSock).isClosed)
+			if !s.isClosed() {
+				u.retired = append(u.retired, s)
+			}
+		}
+		ns, err := u.open(now)
 		if err != nil {
+			u.socks[i] = nil
 			return nil, err
 		}
-		if matches(q, buf[:n]) {
-			return append([]byte(nil), buf[:n]...), nil
-		}
-		// Someone else's datagram (or a spoof): keep waiting.
+		u.socks[i], s = ns, ns
 	}
+	s.uses++
+	return s, nil
 }
 
-func exchangeTCP(ctx context.Context, q []byte, server netip.AddrPort) ([]byte, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", server.String())
+// open makes a new socket connected to u, on a port the kernel picks at
+// random among its ephemeral ports, with its reader. u.mu must be held.
+func (u *upstream) open(now time.Time) (*upSock, error) {
+	network := "udp4"
+	if u.addr.Addr().Is6() {
+		network = "udp6"
+	}
+	c, err := net.DialUDP(network, nil, net.UDPAddrFromAddrPort(u.addr))
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
+	s := &upSock{up: u, conn: c, born: now, pending: map[uint16]*attempt{}}
+	u.f.s.wg.Go(s.read)
+	return s, nil
+}
+
+func (u *upstream) isClosed() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.closed
+}
+
+// idleSince is how long u has not been asked; 0 while it is being skipped,
+// so that its failures are remembered.
+func (u *upstream) idleSince(now time.Time) time.Duration {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.fails > 0 && now.Before(u.downTill) {
+		return 0
+	}
+	return now.Sub(u.lastUse)
+}
+
+// close closes u's sockets and connections; queries waiting on them go on
+// to their next target, or are answered.
+func (u *upstream) close() {
+	u.mu.Lock()
+	u.closed = true
+	socks := slices.Concat(u.socks[:], u.retired) // a copy: u.socks is cleared below
+	u.socks = [udpSockets]*upSock{}
+	u.retired = nil
+	idle := u.idleTCP
+	u.idleTCP = nil
+	u.mu.Unlock()
+	for _, c := range idle {
+		c.c.Close()
+	}
+	for _, s := range socks {
+		if s != nil {
+			s.fail(errClosed)
+		}
+	}
+}
+
+// exchangeTCP asks u over TCP, on an idle connection when there is one
+// (again on a new one when that fails: the upstream may have closed it).
+func (u *upstream) exchangeTCP(ctx context.Context, q []byte, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		c, reused := u.takeTCP(time.Now())
+		if c == nil {
+			var d net.Dialer
+			nc, err := d.DialContext(ctx, "tcp", u.addr.String())
+			if err != nil {
+				return nil, err
+			}
+			c = nc
+		}
+		resp, err := roundTripTCP(ctx, c, q)
+		if err == nil {
+			u.putTCP(c)
+			return resp, nil
+		}
+		c.Close()
+		if !reused || ctx.Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+func (u *upstream) takeTCP(now time.Time) (net.Conn, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for len(u.idleTCP) > 0 {
+		ic := u.idleTCP[len(u.idleTCP)-1]
+		u.idleTCP = u.idleTCP[:len(u.idleTCP)-1]
+		if now.Sub(ic.since) < tcpReuse {
+			return ic.c, true
+		}
+		ic.c.Close()
+	}
+	return nil, false
+}
+
+func (u *upstream) putTCP(c net.Conn) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed || len(u.idleTCP) >= idleTCPConns {
+		c.Close()
+		return
+	}
+	u.idleTCP = append(u.idleTCP, idleConn{c: c, since: time.Now()})
+}
+
+func (u *upstream) dropStaleTCP(now time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	kept := u.idleTCP[:0]
+	for _, ic := range u.idleTCP {
+		if now.Sub(ic.since) < tcpReuse {
+			kept = append(kept, ic)
+		} else {
+			ic.c.Close()
+		}
+	}
+	clear(u.idleTCP[len(kept):])
+	u.idleTCP = kept
+}
+
+// roundTripTCP sends q on c and reads its reply, within ctx. On success c
+// has no deadline left and can be reused.
+func roundTripTCP(ctx context.Context, c net.Conn, q []byte) ([]byte, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	msg := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(q)), uint16(len(q)))
-	if _, err := c.Write(append(msg, q...)); err != nil {
+	resp, err := func() ([]byte, error) {
+		if _, err := c.Write(append(msg, q...)); err != nil {
+			return nil, err
+		}
+		var lb [2]byte
+		if _, err := io.ReadFull(c, lb[:]); err != nil {
+			return nil, err
+		}
+		resp := make([]byte, binary.BigEndian.Uint16(lb[:]))
+		if _, err := io.ReadFull(c, resp); err != nil {
+			return nil, err
+		}
+		if !matches(q, resp) {
+			return nil, errMismatch
+		}
+		return resp, nil
+	}()
+	if !stop() {
+		return nil, context.Cause(ctx) // the deadline was cut: not reusable
+	}
+	if err != nil {
 		return nil, err
 	}
-	var lb [2]byte
-	if _, err := io.ReadFull(c, lb[:]); err != nil {
-		return nil, err
-	}
-	resp := make([]byte, binary.BigEndian.Uint16(lb[:]))
-	if _, err := io.ReadFull(c, resp); err != nil {
-		return nil, err
-	}
-	if !matches(q, resp) {
-		return nil, errMismatch
-	}
+	c.SetDeadline(time.Time{})
 	return resp, nil
+}
+
+// upSock is one UDP socket connected to an upstream, with the attempts
+// waiting on it by ID.
+type upSock struct {
+	up   *upstream
+	conn *net.UDPConn
+	// born and uses are guarded by up.mu.
+	born time.Time
+	uses int
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	pending map[uint16]*attempt
+	retired bool // no new attempts; closed when the last one ends
+	closed  bool
+}
+
+// register gives a its random ID on s, not one in use there, writes the ID
+// into its query and starts its timer.
+func (s *upSock) register(a *attempt, q []byte, timeout time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	var b [2]byte
+	for {
+		rand.Read(b[:])
+		a.id = binary.BigEndian.Uint16(b[:])
+		if s.pending[a.id] == nil {
+			break
+		}
+	}
+	q[0], q[1] = b[0], b[1]
+	s.pending[a.id] = a
+	a.start = time.Now()
+	a.timer = time.AfterFunc(timeout, a.expire)
+	return nil
+}
+
+// claim takes a off s, reporting false when something else (its reply, its
+// timeout, a failure) took it first. Exactly one of them handles it.
+func (s *upSock) claim(a *attempt) bool {
+	s.mu.Lock()
+	if s.pending[a.id] != a {
+		s.mu.Unlock()
+		return false
+	}
+	delete(s.pending, a.id)
+	done := s.retired && len(s.pending) == 0 && !s.closed
+	if done {
+		s.closed = true
+	}
+	s.mu.Unlock()
+	if done {
+		s.conn.Close()
+	}
+	return true
+}
+
+// deliver hands a datagram read from s to the attempt it answers. Anything
+// that is not a reply to a query in flight with its ID and question is
+// dropped. truncated says the datagram did not fit the buffer.
+func (s *upSock) deliver(b []byte, truncated bool) {
+	if len(b) < headerLen {
+		return
+	}
+	id := binary.BigEndian.Uint16(b)
+	s.mu.Lock()
+	a := s.pending[id]
+	ok := a != nil && matches(a.p.q, b)
+	s.mu.Unlock()
+	if !ok || !s.claim(a) {
+		return
+	}
+	a.timer.Stop()
+	if truncated {
+		b[2] |= 0x02
+	}
+	a.reply(b)
+}
+
+func (s *upSock) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// retire stops new attempts on s and closes it once none is waiting.
+func (s *upSock) retire() {
+	s.mu.Lock()
+	s.retired = true
+	done := len(s.pending) == 0 && !s.closed
+	if done {
+		s.closed = true
+	}
+	s.mu.Unlock()
+	if done {
+		s.conn.Close()
+	}
+}
+
+// fail closes s and moves every attempt waiting on it to its next target:
+// the socket is closed, or the upstream's port refused (ICMP).
+func (s *upSock) fail(err error) {
+	s.mu.Lock()
+	waiting := make([]*attempt, 0, len(s.pending))
+	for id, a := range s.pending {
+		waiting = append(waiting, a)
+		delete(s.pending, id)
+	}
+	wasClosed := s.closed
+	s.closed, s.retired = true, true
+	s.mu.Unlock()
+	if !wasClosed {
+		s.conn.Close()
+	}
+	for _, a := range waiting {
+		a.timer.Stop()
+		if !errors.Is(err, errClosed) {
+			a.p.s.fwd.failed(a.up.addr, err)
+		}
+		a.p.try()
+	}
 }
 
 // matches reports whether resp answers q: same ID, a response, same

@@ -10,7 +10,7 @@ import (
 )
 
 // Generation returns the generation of the roster being served, 0 before
-// the first. It is cheaper than Roster.
+// the first. Unlike Roster it copies nothing.
 func (s *Server) Generation() uint64 {
 	if t := s.table.Load(); t != nil {
 		return t.gen

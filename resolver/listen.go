@@ -62,7 +62,14 @@ func (s *Server) listen(addr netip.AddrPort) (netip.AddrPort, error) {
 		l.close()
 		return addr, fmt.Errorf("already listening on %s", addr)
 	}
-	s.listeners[addr] = l
+	s.serveLocked(l)
+	s.log.Info("listening", "addr", addr)
+	return addr, nil
+}
+
+// serveLocked registers l and starts its readers; s.mu must be held.
+func (s *Server) serveLocked(l *listener) {
+	s.listeners[l.addr] = l
 	s.publishOwn()
 
 	// Readers share the one socket (no SO_REUSEPORT, see bind), one per
@@ -72,8 +79,6 @@ func (s *Server) listen(addr netip.AddrPort) (netip.AddrPort, error) {
 		l.wg.Go(func() { s.serveUDP(l) })
 	}
 	l.wg.Go(func() { s.serveTCP(l) })
-	s.log.Info("listening", "addr", addr)
-	return addr, nil
 }
 
 // Unlisten stops serving addr and waits for its readers to finish.
@@ -103,6 +108,7 @@ func (s *Server) publishOwn() {
 	slices.SortFunc(own, netip.AddrPort.Compare)
 	s.own.Store(&own)
 	s.socks.Store(&socks)
+	s.refreshTargets()
 }
 
 // Busy reports whether a query waits in the receive queue of one of the

@@ -18,6 +18,13 @@ type metrics struct {
 	generation  prometheus.Gauge
 	swap        prometheus.Histogram
 	swapPanics  prometheus.Counter
+
+	upstreamFailures prometheus.Counter
+	cacheHits        prometheus.Counter
+	cacheMisses      prometheus.Counter
+	cacheEvictions   prometheus.Counter
+	cacheFlushes     prometheus.Counter
+	cacheEntries     prometheus.GaugeFunc
 }
 
 // qtypeLabels are the qtype label values; the last one counts the rest.
@@ -62,7 +69,9 @@ func rcodeLabel(r int) string {
 	return strconv.Itoa(r)
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics makes the metrics; c is the cache whose entries are counted,
+// nil when there is none.
+func newMetrics(reg prometheus.Registerer, c *cache) (*metrics, error) {
 	m := &metrics{
 		queriesDesc: prometheus.NewDesc("meshhost_resolver_queries_total",
 			"DNS queries answered, by question type and response code.", []string{"qtype", "rcode"}, nil),
@@ -88,11 +97,41 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meshhost_resolver_swap_panics_total",
 			Help: "Roster swaps that panicked (a bug) while validating, compiling or saving the roster; the roster served stayed.",
 		}),
+		upstreamFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_resolver_upstream_failures_total",
+			Help: "Forwarded queries an upstream did not answer in time, or refused at the socket.",
+		}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_resolver_cache_hits_total",
+			Help: "Questions for outside names answered from the cache.",
+		}),
+		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_resolver_cache_misses_total",
+			Help: "Questions for outside names the cache had no live answer for.",
+		}),
+		cacheEvictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_resolver_cache_evictions_total",
+			Help: "Answers dropped from the full cache to make room (expired ones not counted).",
+		}),
+		cacheFlushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_resolver_cache_flushes_total",
+			Help: "Times the operator emptied the cache.",
+		}),
+		cacheEntries: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meshhost_resolver_cache_entries",
+			Help: "Answers in the cache, expired ones included until they are asked for or evicted.",
+		}, func() float64 {
+			if c == nil {
+				return 0
+			}
+			return float64(c.len())
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{(*queryCollector)(m), m.forwarded, m.latency, m.generation, m.swap, m.swapPanics} {
+	for _, c := range []prometheus.Collector{(*queryCollector)(m), m.forwarded, m.latency, m.generation, m.swap, m.swapPanics,
+		m.upstreamFailures, m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheFlushes, m.cacheEntries} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

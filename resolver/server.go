@@ -25,12 +25,19 @@ type Server struct {
 	// set it to see REFUSED from a loopback client.
 	refuseLoopback atomic.Bool
 	local          atomic.Pointer[[]localRoute]     // SetLocalForward's routes
-	upstream       atomic.Pointer[[]netip.AddrPort] // forward targets, own listeners excluded
+	upstream       atomic.Pointer[[]netip.AddrPort] // configured upstreams
 	own            atomic.Pointer[[]netip.AddrPort] // listener addresses, for loop prevention
 	socks          atomic.Pointer[[]*listener]      // the listeners, for Busy
+	targets        atomic.Pointer[[]netip.AddrPort] // upstream less own: what is asked
+	// targetsMu serializes refreshTargets.
+	targetsMu sync.Mutex
 
-	forwards chan struct{} // a token per forward in flight
-	refusals *refusals     // refused clients, by network (SetNetworks)
+	fwd      *forwarder
+	cache    *cache       // nil when disabled
+	inflight atomic.Int64 // forwarded questions in flight
+	// maxInflight bounds inflight: maxForwards, less in some tests.
+	maxInflight atomic.Int64
+	refusals    *refusals // refused clients, by network (SetNetworks)
 
 	// compile builds a roster's table: buildTable, except in tests that
 	// need a compile that fails or panics.
@@ -60,18 +67,27 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "resolver"),
-		forwards:  make(chan struct{}, maxForwards),
 		listeners: map[netip.AddrPort]*listener{},
 		compile:   buildTable,
 	}
+	s.maxInflight.Store(maxForwards)
+	s.fwd = &forwarder{s: s, pools: map[netip.AddrPort]*upstream{}, joining: map[string]*pending{}}
+	s.fwd.uses.Store(socketUses)
+	s.fwd.downFor.Store(int64(downFor))
 	s.SetAllow(cfg.Allow)
 	s.own.Store(&[]netip.AddrPort{})
 	s.local.Store(&[]localRoute{})
-	m, err := newMetrics(cfg.Registerer)
+	if cfg.CacheSize > 0 && cfg.CacheMaxTTL > 0 {
+		s.cache = newCache(cfg.CacheSize, cfg.CacheMaxTTL, cfg.CacheMaxNegativeTTL)
+	}
+	m, err := newMetrics(cfg.Registerer, s.cache)
 	if err != nil {
 		return nil, fmt.Errorf("registering resolver metrics: %w", err)
 	}
 	s.metrics = m
+	if s.cache != nil {
+		s.cache.metrics = m
+	}
 	s.refusals = newRefusals()
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register((*refusedCollector)(s.refusals)); err != nil {
@@ -79,6 +95,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Go(func() { s.fwd.janitor(s.ctx) })
 
 	if cfg.StatePath != "" {
 		r, err := loadState(cfg.StatePath)
@@ -165,6 +182,7 @@ func (s *Server) Close() error {
 	for _, l := range ls {
 		errs = append(errs, l.close())
 	}
+	s.fwd.close()
 	s.wg.Wait()
 	return errors.Join(errs...)
 }
@@ -179,6 +197,15 @@ func (s *Server) Listeners() []netip.AddrPort {
 	}
 	slices.SortFunc(out, netip.AddrPort.Compare)
 	return out
+}
+
+// FlushCache empties the cache of outside names (the roster's names are
+// never in it). The next question for each name goes upstream again.
+func (s *Server) FlushCache() {
+	if s.cache != nil {
+		s.cache.flush()
+		s.log.Info("cache flushed")
+	}
 }
 
 // Serving reports whether a roster is being served (Update succeeded once,

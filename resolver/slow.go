@@ -12,14 +12,6 @@ import (
 	"github.com/meshhost/meshhost/spec"
 )
 
-// forwardJob is a question the slow path hands to upstream servers.
-type forwardJob struct {
-	req     []byte           // the client's query, copied
-	targets []netip.AddrPort // tried in order
-	limit   int              // largest reply the client takes
-	qtype   uint16
-}
-
 // slow answers any query the fast path did not: it unpacks the whole message
 // with miekg/dns. It returns the reply, or a job to forward, or neither when
 // the packet is to be dropped.
@@ -114,14 +106,15 @@ func (s *Server) slow(t *table, req []byte, client netip.Addr, udp bool) ([]byte
 		return pack(resp, limit), nil
 	}
 	targets := s.localForward(client, name)
-	if targets == nil {
+	local := targets != nil
+	if !local {
 		targets = s.upstreams()
 	}
 	if len(targets) == 0 {
 		resp.Rcode = dns.RcodeServerFailure
 		return pack(resp, limit), nil
 	}
-	return nil, &forwardJob{req: append([]byte(nil), req...), targets: targets, limit: limit, qtype: qtype}
+	return nil, &forwardJob{req: append([]byte(nil), req...), targets: targets, limit: limit, qtype: qtype, opt: optOffset(req), local: local}
 }
 
 // answerName fills resp for a name the table has.
@@ -263,4 +256,19 @@ func questionEnd(req []byte) (int, bool) {
 		return 0, false
 	}
 	return off + 4, true
+}
+
+// optOffset is where the OPT record of a query starts, -1 when it has none
+// or it cannot be walked.
+func optOffset(req []byte) int {
+	rrs, _, ok := walkReply(req)
+	if !ok {
+		return -1
+	}
+	for _, rr := range rrs {
+		if rr.typ == typeOPT && rr.section == 2 {
+			return rr.start
+		}
+	}
+	return -1
 }

@@ -20,18 +20,34 @@ const (
 // other goroutines, so writes are serialized.
 type tcpConn struct {
 	c net.Conn
-	// mu guards writes to c.
-	mu sync.Mutex
+	// mu guards writes to c, and broken.
+	mu     sync.Mutex
+	broken bool // a write failed (or timed out): c is closed
 }
 
-func (t *tcpConn) write(b []byte) {
+func (t *tcpConn) write(b []byte) { t.writeFramed(frame(b)) }
+
+// frame prefixes a message with its length, in a new slice.
+func frame(b []byte) []byte {
 	msg := make([]byte, 2+len(b))
 	binary.BigEndian.PutUint16(msg, uint16(len(b)))
 	copy(msg[2:], b)
+	return msg
+}
+
+// writeFramed writes a framed message. A client that does not take it
+// within tcpIdle loses its connection, so that it holds up no more writes.
+func (t *tcpConn) writeFramed(msg []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.broken {
+		return
+	}
 	t.c.SetWriteDeadline(time.Now().Add(tcpIdle))
-	t.c.Write(msg)
+	if _, err := t.c.Write(msg); err != nil {
+		t.broken = true
+		t.c.Close()
+	}
 }
 
 // tcpConns tracks a listener's connections so Unlisten can close them.

@@ -53,6 +53,11 @@ func (s *Server) Update(r *spec.Roster) error {
 		return fmt.Errorf("roster generation %d refused: %w", r.Generation, err)
 	}
 	s.table.Store(t)
+	if s.cache != nil {
+		// Names the new roster took over are answered from it; their
+		// cached outside answers go. The rest of the cache stays.
+		s.cache.dropMesh(s.isMeshName)
+	}
 	took := time.Since(start)
 	s.metrics.swap.Observe(took.Seconds())
 	s.metrics.generation.Set(float64(t.gen))

@@ -17,20 +17,112 @@ import (
 func (s *Server) setUpstreams(ups []netip.AddrPort) {
 	c := slices.Clone(ups)
 	s.upstream.Store(&c)
+	s.refreshTargets()
 }
 
-// upstreams returns the forward targets, leaving out this server's own
-// listeners so that a resolv.conf pointing at us cannot make a loop.
-func (s *Server) upstreams() []netip.AddrPort {
-	p := s.upstream.Load()
-	if p == nil {
-		return nil
+// refreshTargets recomputes the forward targets: the upstreams less this
+// server's own listeners, so that a resolv.conf pointing at us cannot make
+// a loop. It runs when either changes.
+func (s *Server) refreshTargets() {
+	s.targetsMu.Lock()
+	defer s.targetsMu.Unlock()
+	var out []netip.AddrPort
+	if p := s.upstream.Load(); p != nil {
+		own := *s.own.Load()
+		for _, u := range *p {
+			if !slices.Contains(own, u) {
+				out = append(out, u)
+			}
+		}
 	}
-	own := *s.own.Load()
-	out := make([]netip.AddrPort, 0, len(*p))
-	for _, u := range *p {
-		if !slices.Contains(own, u) {
-			out = append(out, u)
+	s.targets.Store(&out)
+}
+
+// upstreams returns the forward targets; the caller must not change them.
+func (s *Server) upstreams() []netip.AddrPort {
+	if p := s.targets.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Upstream health: an upstream that timed out or refused is skipped (tried
+// after the healthy ones, so still tried when all fail) for downFor, twice
+// as long after each further failure up to maxDownFor; once that time is
+// over it is tried first again, and its first answer makes it healthy.
+const (
+	downFor    = 2 * time.Second
+	maxDownFor = time.Minute
+)
+
+// failed records that addr did not answer.
+func (f *forwarder) failed(addr netip.AddrPort, err error) {
+	f.s.metrics.upstreamFailures.Inc()
+	u := f.upstream(addr)
+	if u == nil {
+		return
+	}
+	now := time.Now()
+	u.mu.Lock()
+	u.fails++
+	base := time.Duration(f.downFor.Load())
+	d := min(base<<min(u.fails-1, 10), max(maxDownFor, base))
+	u.downTill = now.Add(d)
+	first := u.fails == 1
+	u.mu.Unlock()
+	if first {
+		f.s.log.Warn("upstream failed; asking the others first", "upstream", addr, "for", d, "err", err)
+	}
+}
+
+// succeeded records an answer from u.
+func (u *upstream) succeeded() {
+	u.mu.Lock()
+	was := u.fails
+	u.fails = 0
+	u.mu.Unlock()
+	if was > 0 {
+		u.f.s.log.Info("upstream answers again", "upstream", u.addr)
+	}
+}
+
+// down reports whether u is being skipped at now.
+func (u *upstream) down(now time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.fails > 0 && now.Before(u.downTill)
+}
+
+// order returns targets with those being skipped moved to the end, in
+// their order. It returns targets itself when none is.
+func (f *forwarder) order(targets []netip.AddrPort) []netip.AddrPort {
+	if len(targets) < 2 {
+		return targets
+	}
+	now := time.Now()
+	var down []bool
+	f.mu.Lock()
+	for i, t := range targets {
+		if u := f.pools[t]; u != nil && u.down(now) {
+			if down == nil {
+				down = make([]bool, len(targets))
+			}
+			down[i] = true
+		}
+	}
+	f.mu.Unlock()
+	if down == nil {
+		return targets
+	}
+	out := make([]netip.AddrPort, 0, len(targets))
+	for i, t := range targets {
+		if !down[i] {
+			out = append(out, t)
+		}
+	}
+	for i, t := range targets {
+		if down[i] {
+			out = append(out, t)
 		}
 	}
 	return out

@@ -11,7 +11,10 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/signal"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,10 +28,13 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
+	"github.com/meshhost/meshhost/internal/resolvercmd"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
+	"github.com/meshhost/meshhost/reconcile/podman"
 	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/resolver/control"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
 
@@ -37,65 +43,180 @@ func init() {
 }
 
 func runAgent(ctx context.Context, env *environment, args []string) (int, error) {
+	// First of all: a SIGHUP reloads, it never kills (its default action).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	fs := newFlagSet(env, "agent")
-	declPath := fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes")
+	declPath := fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes, and read again on SIGHUP")
+	natsURL := fs.String("source", "", "a NATS JetStream roster source, nats://HOST:4222 (see --nats-*): the roster and this machine's declaration are watched in its buckets")
+	natsOpts := addNATSFlags(fs)
 	push := fs.String("push", "", "the controller's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock; \"off\" disables it)")
-	httpAddr := fs.String("http", "127.0.0.1:9469", "where /metrics and /healthz are served (\"off\" disables them)")
+	httpAddr := fs.String("http", "127.0.0.1:9469", "where /metrics, /livez, /readyz (and /healthz, its old name) are served (\"off\" disables them)")
 	machine := fs.String("machine", defaultMachine(), "this machine's name in the mesh: declarations for another machine are refused, and only containers it created are ever removed")
 	stateDir := fs.String("state", statedir.Default, "state directory: saved declaration and roster, migration state, journal")
 	runtimeKind := fs.String("runtime", "podman", "container runtime: podman, or memory (embedded, for trying the agent out)")
-	socket := fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)")
-	interval := fs.Duration("interval", 30*time.Second, "time between periodic passes")
+	socket := fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST); while it does not answer the agent waits for it, retrying")
+	resolverAt := fs.String("resolver", "embedded", "where the resolver runs: \"embedded\" (in this process: containers lose DNS whenever the agent stops) or unix:PATH, the control socket of meshhost-resolver, which outlives the agent (packaging/systemd runs it so)")
+	interval := fs.Duration("interval", 30*time.Second, "time between periodic passes (a failed pass is retried sooner: 1s, doubling up to this)")
 	budget := fs.Int("budget", reconcile.DefaultBudget.Max, "replacements allowed per budget window")
 	holdAbove := fs.Int("hold-above", agent.DefaultHoldAbove, "hold a declaration whose plan would replace more than N containers until `meshhost approve GEN` (0 never holds)")
 	window := fs.Duration("budget-window", reconcile.DefaultBudget.Window, "the replacement budget's window")
 	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local resolver address (assigned to lo) for routed networks")
+	loopback := fs.String("loopback", migrations.DefaultLoopback, "the loopback address (127.0.0.0/8) where the resolver serves aardvark-dns's forwarded queries, for DNS-enabled networks (podman 4.4 and later)")
 	probeBinary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
 	proofMaxAge := fs.Duration("proof-max-age", migrations.DefaultMaxProofAge, "how old a passing probe may be and still switch a network to the resolver; older ones (an agent that could not probe since) wait for a new probe")
 	probeOutside := fs.String("probe-outside", "", "a name outside the mesh the probe must resolve through the resolver's forwarding, as NAME or NAME=ADDR; required before any network can switch to the resolver")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logLevelFile := fs.String("log-level-file", "", "a `FILE` holding the log level (debug, info, warn or error), read at start and on SIGHUP; it overrides --log-level")
 	var upstreams netflag.Upstreams
 	var listens netflag.AddrPorts
 	var allow netflag.Prefixes
-	fs.Var(&upstreams, "upstream", "upstream DNS server `ADDR[,ADDR...]` (ip or ip:port) for names outside the mesh; repeatable (default: /etc/resolv.conf)")
+	fs.Var(&upstreams, "upstream", "upstream DNS server `ADDR[,ADDR...]` (ip or ip:port) for names outside the mesh; repeatable (default: /etc/resolv.conf); the embedded resolver's only")
 	fs.Var(&listens, "listen", "extra resolver listen `ADDR[,ADDR...]` (ip:port); repeatable, e.g. 127.0.0.1:53 for the host itself")
 	fs.Var(&allow, "allow", "extra resolver client `CIDR[,CIDR...]` (or address); repeatable; probed container networks and loopback are always allowed")
+	var cache resolvercmd.CacheFlags
+	cache.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
 	if *holdAbove < 0 {
 		return 2, fmt.Errorf("--hold-above %d: want 0 (never hold) or more", *holdAbove)
 	}
-	var level slog.Level
+	var level slog.LevelVar
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return 2, fmt.Errorf("--log-level: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
+	if *logLevelFile != "" {
+		l, err := readLogLevel(*logLevelFile)
+		if err != nil {
+			return 2, fmt.Errorf("--log-level-file: %w", err)
+		}
+		level.Set(l)
+	}
+	// external is the resolver's control socket; empty: embedded.
+	external, ok := strings.CutPrefix(*resolverAt, "unix:")
+	switch {
+	case *resolverAt == "embedded":
+		external = ""
+	case !ok || external == "":
+		return 2, fmt.Errorf("--resolver %q: want embedded or unix:PATH", *resolverAt)
+	case len(upstreams) > 0:
+		return 2, errors.New("--upstream is the embedded resolver's: give meshhost-resolver its upstreams (its --upstream, or its --resolv-conf)")
+	}
+	if *runtimeKind != "podman" && *runtimeKind != "memory" {
+		return 2, fmt.Errorf("--runtime %q: want podman or memory", *runtimeKind)
+	}
+	nl, err := netip.ParseAddr(*nodeLocal)
+	if err != nil {
+		return 2, fmt.Errorf("--node-local: %w", err)
+	}
+	lo, err := netip.ParseAddr(*loopback)
+	if err != nil {
+		return 2, fmt.Errorf("--loopback: %w", err)
+	}
+	outside, outsideWant, err := parseOutside(*probeOutside)
+	if err != nil {
+		return 2, err
+	}
+	uri := ""
+	if *runtimeKind == "podman" {
+		if uri = podmanSocket(env, *socket); uri == "" {
+			return 2, errors.New("no podman socket: pass --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: &level}))
+	logger.Info("meshhost agent starting", "version", buildVersion(), "resolver", *resolverAt, "runtime", *runtimeKind)
 	dir := statedir.New(*stateDir)
 	if err := dir.Create(); err != nil {
 		return 1, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	depUp := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "meshhost_agent_dependency_up",
+		Help: "1 while a dependency answers the agent: podman (its API; asked every 10s once connected) and resolver (its control socket, asked every second; or the embedded one).",
+	}, []string{"dependency"})
+	depUp.WithLabelValues("podman")
+	depUp.WithLabelValues("resolver")
+	reg.MustRegister(depUp)
+
+	// Whatever ends the agent stops its goroutines, and waits for them.
+	ctx, cancel := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	defer func() { cancel(); g.Wait() }()
 
 	// The resolver comes first: it serves the saved roster before the
-	// controller or the runtime answer anything.
-	srv, err := resolver.New(resolver.Config{
-		Logger: logger, Registerer: reg, Upstreams: upstreams, Allow: allow,
-		StatePath: dir.Roster(),
-		Forbidden: resolver.PodmanDNSGuard(),
-	})
-	if err != nil {
-		return 1, err
-	}
-	defer srv.Close() // last: the resolver answers until the very end
-	for _, l := range listens {
-		if err := srv.Listen(l); err != nil {
-			return 1, fmt.Errorf("--listen %s: %w", l, err)
+	// controller or the runtime answer anything. Embedded, it is this
+	// process's; external, it runs on its own, and the agent only feeds it.
+	var (
+		res           agent.Resolver
+		exposeTo      migrations.Resolver
+		busy          func() bool
+		resolverAlive func() error
+		canary        func(context.Context, string) (netip.Addr, error)
+		asserted      func() error
+		client        *control.Client
+		static        []netip.AddrPort
+	)
+	if external == "" {
+		rcfg := resolver.Config{
+			Logger: logger, Registerer: reg, Upstreams: upstreams, Allow: allow,
+			StatePath: dir.Roster(),
+			Forbidden: resolver.PodmanDNSGuard(),
 		}
-	}
-	if r := srv.Roster(); r != nil {
-		logger.Info("serving the saved roster", "generation", r.Generation, "names", len(r.Names))
+		cache.Apply(&rcfg)
+		srv, err := resolver.New(rcfg)
+		if err != nil {
+			return 1, err
+		}
+		defer srv.Close() // last: the resolver answers until the very end
+		defer resolvercmd.FlushOnSignal(ctx, srv)()
+		for _, l := range listens {
+			if err := srv.Listen(l); err != nil {
+				return 1, fmt.Errorf("--listen %s: %w", l, err)
+			}
+		}
+		if r := srv.Roster(); r != nil {
+			logger.Info("serving the saved roster", "generation", r.Generation, "names", len(r.Names))
+		}
+		res, exposeTo, busy, static = srv, srv, srv.Busy, srv.Listeners()
+		depUp.WithLabelValues("resolver").Set(1)
+		if *runtimeKind == "podman" {
+			logger.Warn("the resolver runs in the agent's process: containers in resolve mode lose DNS whenever the agent stops or restarts; run meshhost-resolver and pass --resolver unix:PATH (README, Architecture)")
+		}
+	} else {
+		client = control.NewClient(control.ClientConfig{Path: external, Logger: logger})
+		res, exposeTo, static = client, client, listens
+		resolverAlive = func() error {
+			_, err := client.Alive()
+			if err != nil {
+				depUp.WithLabelValues("resolver").Set(0)
+			} else {
+				depUp.WithLabelValues("resolver").Set(1)
+			}
+			return err
+		}
+		canary, asserted = client.Canary, client.Settle
+		g.Go(func() error { client.Watch(gctx, time.Second); return nil })
+		g.Go(func() error { // the metric follows the resolver, probed or not
+			every(gctx, time.Second, func() { resolverAlive() })
+			return nil
+		})
+		// The operator's own addresses and clients, asserted at once; a
+		// resolver not up yet gets them when it is (Watch puts them again).
+		for _, l := range listens {
+			if err := client.Listen(l); err != nil {
+				logger.Warn("--listen: the resolver does not serve it yet", "addr", l, "err", err)
+			}
+		}
+		if len(allow) > 0 {
+			client.SetAllow(allow)
+		}
+		if err := client.Ping(2 * time.Second); err != nil {
+			logger.Error("the resolver's control socket does not answer; serving nothing new until it does (the resolver, a process of its own, keeps answering containers)", "socket", external, "err", err)
+		}
 	}
 
 	saved, err := agent.LoadDeclaration(dir)
@@ -108,83 +229,16 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		logger.Error("the saved declaration is refused; no container is touched until a valid declaration arrives", "err", err)
 		saved = nil
 	}
-	source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: srv.Busy}, Logger: logger, Registerer: reg})
+	source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: busy}, Logger: logger, Registerer: reg})
+	natsw, err := natsOpts.watcher(*natsURL, *machine, source, logger, reg)
+	if err != nil {
+		return 2, err
+	}
+	g.Go(func() error { return natsw.run(gctx) })
 	var savedGen uint64 // the declaration in force is on disk already: not written again
 	if cur, _ := source.Current(); cur != nil {
 		savedGen = cur.Generation
 	}
-
-	var rt reconcile.Runtime
-	inPlace := true
-	var nets agent.Networks
-	var exposer *migrations.Exposer
-	var newProber func(zone string) (agent.Prober, error)
-	switch *runtimeKind {
-	case "memory":
-		rt = memory.New(memory.Options{})
-	case "podman":
-		uri := podmanSocket(env, *socket)
-		if uri == "" {
-			return 2, errors.New("no podman socket: pass --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
-		}
-		p, updates, err := openPodman(ctx, uri, logger)
-		if err != nil {
-			return 1, err
-		}
-		rt, nets, inPlace = p, p, updates
-		// Probe containers an agent killed mid-probe left behind, before
-		// this one probes anything.
-		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		if _, err := migrations.SweepProbes(sctx, p, *machine, logger); err != nil {
-			logger.Warn("sweeping probe containers left behind", "err", err)
-		}
-		cancel()
-		if !inPlace {
-			logger.Info("this podman does not keep in-place resource updates across restarts (before 5.1): resource changes replace the container")
-		}
-		nl, err := netip.ParseAddr(*nodeLocal)
-		if err != nil {
-			return 2, fmt.Errorf("--node-local: %w", err)
-		}
-		outside, outsideWant, err := parseOutside(*probeOutside)
-		if err != nil {
-			return 2, err
-		}
-		// The exposer is made here, not with the prober: the networks in
-		// resolve mode are served from the first pass even when no prober
-		// can be made. The --listen addresses are the operator's: never
-		// closed when a network goes.
-		exposer, err = migrations.NewExposer(migrations.ExposerConfig{
-			Resolver: srv, NodeLocal: nl, Allow: allow, Static: srv.Listeners(), Logger: logger,
-		})
-		if err != nil {
-			return 1, err
-		}
-		newProber = func(zone string) (agent.Prober, error) {
-			if outside == "" {
-				return nil, errors.New("no --probe-outside: the probe must prove that names outside the mesh still resolve through the resolver; give a name your upstream answers, e.g. --probe-outside example.org")
-			}
-			bin := *probeBinary
-			if bin == "" {
-				if bin, err = migrations.FindProbeBinary(); err != nil {
-					return nil, err
-				}
-			}
-			image, err := migrations.ProbeImage(ctx, p, bin)
-			if err != nil {
-				return nil, err
-			}
-			migrations.PruneProbeImages(ctx, p, image, logger) // logs what it removes, and what it cannot
-			return migrations.NewRunner(migrations.RunnerConfig{
-				Runtime: p, Exposer: exposer, Image: image, Zone: zone,
-				Outside: outside, OutsideWant: outsideWant, Logger: logger,
-				Owner: *machine,
-			})
-		}
-	default:
-		return 2, fmt.Errorf("--runtime %q: want podman or memory", *runtimeKind)
-	}
-
 	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: *machine, Logger: logger, Registerer: reg, MaxProofAge: *proofMaxAge})
 	if err != nil {
 		return 1, err
@@ -193,32 +247,37 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	if err != nil {
 		return 1, err
 	}
-	rec, saveState, err := openReconciler(reconcile.Config{
-		Runtime: rt, Owner: *machine, NoInPlaceUpdates: !inPlace, Logger: logger, Registerer: reg,
-		Budget: reconcile.Budget{Max: *budget, Window: *window},
-		// meshhost freeze, checked before every action that changes a container.
-		Frozen: func() bool { f, _ := agent.Frozen(dir); return f != nil },
-	}, dir.Reconciler(), logger)
-	if err != nil {
-		return 1, err
-	}
-	acfg := agent.Config{
-		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source,
-		Networks: nets, NewProber: newProber, Journal: jnl, State: dir, SavedGeneration: savedGen,
-		Interval: *interval, HoldAbove: *holdAbove, Logger: logger, Registerer: reg,
-		AfterPass: func(*agent.Report) { saveState() },
-	}
-	if exposer != nil { // not a nil *Exposer in the interface
-		acfg.Exposer = exposer
-	}
-	a, err := agent.New(acfg)
-	if err != nil {
-		return 1, err
-	}
 
-	g, gctx := errgroup.WithContext(ctx)
+	// Until the runtime answers there is no agent: health says why, the
+	// declaration source and push endpoint take declarations, the resolver
+	// serves on.
+	var current atomic.Pointer[agent.Agent]
+	var waiting atomic.Pointer[error]
+	noRuntime := errors.New("starting the in-memory runtime")
+	if uri != "" {
+		noRuntime = fmt.Errorf("connecting to podman's API at %s: no answer yet", uri)
+	}
+	waiting.Store(&noRuntime)
+	liveness := func() error {
+		if a := current.Load(); a != nil {
+			return a.Liveness()
+		}
+		if resolverAlive != nil {
+			if err := resolverAlive(); err != nil {
+				return fmt.Errorf("the resolver does not answer: %w", err)
+			}
+		}
+		return nil
+	}
+	g.Go(func() error { agent.Notify(gctx, logger, liveness); return nil })
+
 	if *declPath != "" {
-		g.Go(func() error { return source.WatchPath(gctx, *declPath) })
+		g.Go(func() error {
+			if err := source.WatchPath(gctx, *declPath); err != nil {
+				logger.Error("watching the declaration; it is read again on SIGHUP", "path", *declPath, "err", err)
+			}
+			return nil
+		})
 	}
 	if *push != "off" {
 		addr := *push
@@ -239,18 +298,251 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.Handle("/healthz", a.Handler()) // neither waits for a pass in progress
-		mux.Handle("/v1/report", a.Handler())
+		// None of these waits for a pass in progress, nor on a socket.
+		waitingHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/livez" {
+				if err := liveness(); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
+				fmt.Fprintln(w, "ok")
+				return
+			}
+			if r.URL.Path == "/v1/report" {
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprintln(w, "null")
+				return
+			}
+			http.Error(w, (*waiting.Load()).Error(), http.StatusServiceUnavailable)
+		})
+		for _, path := range []string{"/livez", "/readyz", "/healthz", "/v1/report"} {
+			mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if a := current.Load(); a != nil {
+					a.Handler().ServeHTTP(w, r)
+					return
+				}
+				waitingHandler.ServeHTTP(w, r)
+			}))
+		}
 		logger.Info("metrics and health", "addr", l.Addr().String())
 		g.Go(func() error { return serveHTTP(gctx, l, mux) })
 	}
-	g.Go(func() error { return a.Run(gctx) })
+	g.Go(func() error {
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-hup:
+			}
+			logger.Info("SIGHUP: reloading the declaration and the log level")
+			if *logLevelFile != "" {
+				if l, err := readLogLevel(*logLevelFile); err != nil {
+					logger.Error("--log-level-file: keeping the level", "level", level.Level(), "err", err)
+				} else if l != level.Level() {
+					level.Set(l)
+					logger.Info("log level", "level", l)
+				}
+			}
+			if *declPath != "" {
+				source.ReadPath(*declPath)
+			}
+			if client != nil {
+				client.Sync()
+			}
+		}
+	})
+
+	g.Go(func() error {
+		// The runtime. podman's API may be down (at boot, or restarting):
+		// the agent waits for it, retrying, and never exits for it.
+		var rt reconcile.Runtime
+		inPlace := true
+		var nets agent.Networks
+		var p *podman.Runtime
+		if *runtimeKind == "memory" {
+			rt = memory.New(memory.Options{})
+		} else {
+			for attempt := 1; ; attempt++ {
+				var err error
+				p, inPlace, err = openPodman(gctx, uri, logger)
+				if err == nil {
+					break
+				}
+				err = fmt.Errorf("connecting to podman's API at %s: %w", uri, err)
+				waiting.Store(&err)
+				wait := agent.RetryWait(time.Second, 30*time.Second, attempt)
+				logger.Error("podman's API does not answer; retrying (containers keep running, the resolver keeps answering)", "in", wait, "err", err)
+				select {
+				case <-gctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
+			}
+			depUp.WithLabelValues("podman").Set(1)
+			g.Go(func() error { // the metric follows podman's API after the start too
+				every(gctx, 10*time.Second, func() {
+					vctx, cancel := context.WithTimeout(gctx, 5*time.Second)
+					defer cancel()
+					if _, err := p.Version(vctx); err != nil {
+						depUp.WithLabelValues("podman").Set(0)
+					} else {
+						depUp.WithLabelValues("podman").Set(1)
+					}
+				})
+				return nil
+			})
+			rt, nets = p, p
+		}
+		a, err := newAgent(gctx, agentSetup{
+			logger: logger, reg: reg, dir: dir, machine: *machine, podman: p, runtime: rt, inPlace: inPlace, nets: nets,
+			resolver: res, exposeTo: exposeTo, static: static, allow: allow, nodeLocal: nl, loopback: lo,
+			outside: outside, outsideWant: outsideWant, probeBinary: *probeBinary, canary: canary,
+			asserted: asserted, resolverAlive: resolverAlive, gate: gate, journal: jnl, source: source,
+			savedGen: savedGen, sourceHealth: natsw.health, interval: *interval, budget: reconcile.Budget{Max: *budget, Window: *window}, holdAbove: *holdAbove,
+		})
+		if err != nil {
+			return err
+		}
+		current.Store(a)
+		return a.Run(gctx)
+	})
 	err = g.Wait()
 	logger.Info("agent stopped; containers are left running", "err", err)
 	if err != nil && ctx.Err() == nil {
 		return 1, err
 	}
 	return 0, nil
+}
+
+// agentSetup is what newAgent makes an agent of.
+type agentSetup struct {
+	logger        *slog.Logger
+	reg           prometheus.Registerer
+	dir           statedir.Dir
+	machine       string
+	podman        *podman.Runtime // nil: the in-memory runtime
+	runtime       reconcile.Runtime
+	inPlace       bool
+	nets          agent.Networks
+	resolver      agent.Resolver
+	exposeTo      migrations.Resolver
+	static        []netip.AddrPort
+	allow         []netip.Prefix
+	nodeLocal     netip.Addr
+	loopback      netip.Addr
+	outside       string
+	outsideWant   netip.Addr
+	probeBinary   string
+	canary        func(context.Context, string) (netip.Addr, error)
+	asserted      func() error
+	resolverAlive func() error
+	gate          *migrations.Gate
+	journal       *journal.Journal
+	source        *declsource.Source
+	savedGen      uint64
+	sourceHealth  func() error
+	interval      time.Duration
+	budget        reconcile.Budget
+	holdAbove     int // --hold-above
+}
+
+// newAgent makes the agent once the runtime answers: the exposer and the
+// prober (with podman), the reconciler with its saved budget.
+func newAgent(ctx context.Context, s agentSetup) (*agent.Agent, error) {
+	logger := s.logger
+	var exposer *migrations.Exposer
+	var newProber func(zone string) (agent.Prober, error)
+	if p := s.podman; p != nil {
+		// Probe containers an agent killed mid-probe left behind, before
+		// this one probes anything.
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if _, err := migrations.SweepProbes(sctx, p, s.machine, logger); err != nil {
+			logger.Warn("sweeping probe containers left behind", "err", err)
+		}
+		cancel()
+		if !s.inPlace {
+			logger.Info("this podman does not keep in-place resource updates across restarts (before 5.1): resource changes replace the container")
+		}
+		// The exposer is made here, not with the prober: the networks in
+		// resolve mode are served from the first pass even when no prober
+		// can be made. The --listen addresses are the operator's: never
+		// closed when a network goes.
+		var err error
+		exposer, err = migrations.NewExposer(migrations.ExposerConfig{
+			Resolver: s.exposeTo, NodeLocal: s.nodeLocal, Loopback: s.loopback, Allow: s.allow, Static: s.static, Logger: logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		newProber = func(zone string) (agent.Prober, error) {
+			if s.outside == "" {
+				return nil, errors.New("no --probe-outside: the probe must prove that names outside the mesh still resolve through the resolver; give a name your upstream answers, e.g. --probe-outside example.org")
+			}
+			bin := s.probeBinary
+			if bin == "" {
+				if bin, err = migrations.FindProbeBinary(); err != nil {
+					return nil, err
+				}
+			}
+			image, err := migrations.ProbeImage(ctx, p, bin)
+			if err != nil {
+				return nil, err
+			}
+			migrations.PruneProbeImages(ctx, p, image, logger) // logs what it removes, and what it cannot
+			return migrations.NewRunner(migrations.RunnerConfig{
+				Runtime: p, Exposer: exposer, Image: image, Zone: zone,
+				Outside: s.outside, OutsideWant: s.outsideWant, Logger: logger,
+				Owner: s.machine, Canary: s.canary,
+			})
+		}
+	}
+	rec, saveState, err := openReconciler(reconcile.Config{
+		Runtime: s.runtime, Owner: s.machine, NoInPlaceUpdates: !s.inPlace, Logger: logger, Registerer: s.reg,
+		Budget: s.budget,
+		// meshhost freeze, checked before every action that changes a container.
+		Frozen: func() bool { f, _ := agent.Frozen(s.dir); return f != nil },
+	}, s.dir.Reconciler(), logger)
+	if err != nil {
+		return nil, err
+	}
+	acfg := agent.Config{
+		Runtime: s.runtime, Reconciler: rec, Resolver: s.resolver, Gate: s.gate, Source: s.source,
+		Networks: s.nets, NewProber: newProber, Journal: s.journal, State: s.dir, SavedGeneration: s.savedGen,
+		Interval: s.interval, HoldAbove: s.holdAbove, Logger: logger, Registerer: s.reg,
+		AfterPass:     func(*agent.Report) { saveState() },
+		ResolverAlive: s.resolverAlive, Asserted: s.asserted, SourceHealth: s.sourceHealth,
+	}
+	if exposer != nil { // not a nil *Exposer in the interface
+		acfg.Exposer = exposer
+	}
+	return agent.New(acfg)
+}
+
+// every runs f every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			f()
+		}
+	}
+}
+
+// readLogLevel reads a log level from a file.
+func readLogLevel(path string) (slog.Level, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var l slog.Level
+	if err := l.UnmarshalText(bytes.TrimSpace(data)); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return l, nil
 }
 
 // defaultMachine is the host name, as a machine name: lowercase, up to the

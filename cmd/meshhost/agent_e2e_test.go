@@ -34,6 +34,7 @@ func TestAgentEndToEnd(t *testing.T) {
 		"--upstream", stub.String(), "--probe-binary", probe,
 		"--probe-outside", probeOutside+"="+probeOutsideAddr.String(),
 		"--node-local", "169.254.53.99", // not assigned here: the default network uses its gateway
+		"--loopback", e2eLoopback,
 	)
 
 	app := h.Name("app")
@@ -59,10 +60,12 @@ func TestAgentEndToEnd(t *testing.T) {
 	}
 
 	// 1. flag on: the probe passes on the default network, so the container
-	// is created in resolve mode and asks the agent's resolver.
+	// is created in resolve mode and asks the agent's resolver, on the
+	// network's gateway (10.88.0.1 on podman's own default network).
+	gateway := strings.Fields(h.MustPodman("network", "inspect", "--format", "{{range .Subnets}}{{.Gateway}} {{end}}", "podman"))[0]
 	pushDecl(1, "on", map[string]string{"alpha.internal": "10.1.1.1"})
 	waitUntil("the container runs in resolve mode", 90*time.Second, func() bool {
-		return inspect("{{.State.Running}}") == "true" && strings.Contains(inspect("{{.HostConfig.Dns}}"), "10.88.0.1")
+		return inspect("{{.State.Running}}") == "true" && inspect("{{.HostConfig.Dns}}") == "["+gateway+"]"
 	})
 	waitUntil("alpha.internal resolves inside the container", 20*time.Second, func() bool {
 		return strings.Contains(lookup("alpha.internal"), "10.1.1.1")

@@ -143,13 +143,3 @@ func TestHoldAndFreezeOnPodman(t *testing.T) {
 		t.Errorf("agent exited %d", code)
 	}
 }
-
-func grepLines(s, word string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, word) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}

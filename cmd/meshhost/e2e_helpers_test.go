@@ -165,6 +165,10 @@ func createEvents(t *testing.T, h *podmantest.Harness, since time.Time, names []
 	return n
 }
 
+// e2eLoopback is the aardvark strategy's address for the agents under
+// test: not the production default, so a running agent is never disturbed.
+const e2eLoopback = "127.53.0.99"
+
 // fltTags are the build tags the podman bindings need (the Makefile's TAGS).
 const fltTags = "-tags=remote,exclude_graphdriver_btrfs,exclude_graphdriver_devicemapper,containers_image_openpgp"
 

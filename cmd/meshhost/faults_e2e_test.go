@@ -103,7 +103,7 @@ func TestAgentSIGKILLMidReplacement(t *testing.T) {
 		fmt.Fprintf(logs, "=== agent started at %s\n", time.Now().Format(time.StampMilli))
 		return fltStart(t, bin, logs, "--runtime", "podman", "--podman", h.Socket(), "--machine", machine,
 			"--state", state, "--push", "unix:"+sock, "--http", "off", "--interval", "1s", "--budget", "100",
-			"--probe-binary", "/nonexistent", "--upstream", stub.String(), "--node-local", "169.254.53.99")
+			"--probe-binary", "/nonexistent", "--upstream", stub.String(), "--node-local", "169.254.53.99", "--loopback", e2eLoopback)
 	}
 	push := fltPusher(sock)
 
@@ -380,7 +380,7 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 	args := []string{"--runtime", "podman", "--podman", h.Socket(), "--machine", machine,
 		"--state", state, "--declaration", dir, "--push", "unix:" + sock, "--http", httpAddr.String(),
 		"--listen", dnsAddr.String(), "--interval", "1s", "--budget", "10", "--probe-binary", "/nonexistent",
-		"--upstream", stub.String(), "--node-local", "169.254.53.99"}
+		"--upstream", stub.String(), "--node-local", "169.254.53.99", "--loopback", e2eLoopback}
 	logs, done, stop := fltInProcess(t, args...)
 
 	var ids map[string]string
@@ -462,9 +462,11 @@ func TestAgentDeclarationSourceUnreachable(t *testing.T) {
 }
 
 // fltPodmanService starts a podman API service of this test's own with
-// scripts/podman-up (MESHHOST_RUN_DIR pointing at a fresh directory) and
-// returns its socket URI and its run directory. It shares the machine's
-// podman storage, so the harness sees its containers; being the test's own,
+// scripts/podman-up (MESHHOST_RUN_DIR pointing at a fresh directory; for
+// podman 5, --podman 5 and MESHHOST_PODMAN5_RUN_DIR, which starts it in the
+// namespace of the tests' podman 5 service) and returns its socket URI and
+// its run directory. It shares the podman storage of the service the tests
+// talk to, so the harness sees its containers; being the test's own,
 // killing it breaks no other test. Cleanup stops it.
 func fltPodmanService(t *testing.T) (socket, runDir string) {
 	t.Helper()
@@ -483,8 +485,12 @@ func fltPodmanService(t *testing.T) (socket, runDir string) {
 // when it does not answer, and returns the socket URI it prints.
 func fltPodmanUp(t *testing.T, runDir string) string {
 	t.Helper()
-	cmd := exec.Command("../../scripts/podman-up")
-	cmd.Env = append(os.Environ(), "MESHHOST_RUN_DIR="+runDir)
+	var args []string
+	if v := podmantest.Version(t); v.Major >= 5 {
+		args = []string{"--podman", strconv.Itoa(v.Major)}
+	}
+	cmd := exec.Command("../../scripts/podman-up", args...)
+	cmd.Env = append(os.Environ(), "MESHHOST_RUN_DIR="+runDir, "MESHHOST_PODMAN5_RUN_DIR="+runDir)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -560,7 +566,7 @@ func TestDisruptivePodmanRestart(t *testing.T) {
 	logs, done, _ := fltInProcess(t, "--runtime", "podman", "--podman", socket, "--machine", machine,
 		"--state", state, "--push", "unix:"+sock, "--http", "off", "--listen", dnsAddr.String(),
 		"--interval", "1s", "--budget", "10", "--probe-binary", "/nonexistent",
-		"--upstream", stub.String(), "--node-local", "169.254.53.99")
+		"--upstream", stub.String(), "--node-local", "169.254.53.99", "--loopback", e2eLoopback)
 	push := fltPusher(sock)
 	if err := push(fltDecl(machine, 1, a)); err != nil {
 		t.Fatal(err)

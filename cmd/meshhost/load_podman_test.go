@@ -41,7 +41,7 @@ func TestLoadPodmanMigration(t *testing.T) {
 	a := startAgent(t, "agent", "--runtime", "podman", "--podman", h.Socket(), "--machine", machine,
 		"--state", state, "--push", "unix:"+push, "--http", "off", "--interval", "2s", "--budget", "1000",
 		"--upstream", stub.String(), "--probe-binary", probe,
-		"--probe-outside", probeOutside+"="+probeOutsideAddr.String(), "--node-local", "169.254.53.99")
+		"--probe-outside", probeOutside+"="+probeOutsideAddr.String(), "--node-local", "169.254.53.99", "--loopback", e2eLoopback)
 
 	// converged reports whether all n containers run, resolving names
 	// through the resolver (resolve) or not.

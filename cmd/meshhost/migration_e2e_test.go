@@ -2,10 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"maps"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,9 +22,13 @@ import (
 )
 
 // migNodeLocal is the node-local address the migration test assigns to lo
-// for the DNS-enabled network's strategy. Neither the production default
-// nor the address of migrations' own tests, so neither is disturbed.
-const migNodeLocal = "169.254.53.78"
+// for the DNS-enabled network's strategy, and migLoopback the aardvark
+// strategy's address. Neither the production defaults nor the addresses of
+// migrations' own tests, so neither is disturbed.
+const (
+	migNodeLocal = "169.254.53.78"
+	migLoopback  = "127.53.0.78"
+)
 
 // TestMigrationEndToEnd is issue 5's point 4: the whole migration, on real
 // podman, driven through the real agent (in-process) with containers on
@@ -27,21 +36,25 @@ const migNodeLocal = "169.254.53.78"
 // peer cache) and an internal network without DNS (db), with
 // db <- api <- web as dependencies:
 //
-//  1. Unreachable: the node-local address is not assigned, so the
-//     DNS-enabled network (whose only strategy is node-local) cannot reach
+//  1. Unreachable: the node-local address is not assigned, and the test
+//     holds the aardvark strategy's loopback address (port 53), so the
+//     DNS-enabled network (whose strategies are these two) cannot reach
 //     the resolver and its probe fails. The flag is auto, so the gate stays
 //     closed for the whole machine, even for the networks whose probes
 //     passed: every container is created once, in copy mode, and several
 //     passes replace nothing.
-//  2. Reachable: the address is assigned to lo and the agent restarted on
-//     the same state directory. The failed network is probed again, passes,
-//     the machine switches, and each container is replaced exactly once
+//  2. Reachable: the test lets go of the loopback address, the node-local
+//     address is assigned to lo and the agent restarted on the same state
+//     directory. The failed network is probed again and passes: through
+//     aardvark-dns where it forwards to a container's --dns servers
+//     (podman 4.4 and later), through the node-local address otherwise.
+//     The machine switches, and each container is replaced exactly once
 //     (counted from podman's create events), dependencies started before
 //     their dependants; further passes change nothing.
 //  3. The crux: a name added to the roster after the containers were
 //     created resolves inside a container on each network, a peer's
-//     container name still resolves through aardvark-dns, and the roster
-//     change replaces nothing.
+//     container name still resolves through aardvark-dns, a name outside
+//     the mesh is forwarded, and the roster change replaces nothing.
 //  4. Flag off: each container is replaced exactly once more, into copy
 //     mode, and /etc/hosts carries the roster again, the late name included.
 func TestMigrationEndToEnd(t *testing.T) {
@@ -78,7 +91,14 @@ func TestMigrationEndToEnd(t *testing.T) {
 		"--state", state, "--push", "unix:" + push, "--http", "off", "--interval", "1s", "--budget", "100",
 		"--upstream", stub.String(), "--probe-binary", probe,
 		"--probe-outside", probeOutside + "=" + probeOutsideAddr.String(),
-		"--node-local", migNodeLocal,
+		"--node-local", migNodeLocal, "--loopback", migLoopback,
+	}
+	v := podmantest.Version(t)
+	// Podman 4.4 and later keep aardvark-dns as a container's nameserver
+	// given --dns, and make it forward to the given servers.
+	dnsStrategy := migrations.StrategyNodeLocal
+	if v.AtLeast(4, 4) {
+		dnsStrategy = migrations.StrategyAardvark
 	}
 
 	dnsNet := h.Network("dns")
@@ -196,7 +216,8 @@ func TestMigrationEndToEnd(t *testing.T) {
 
 	// 1. The DNS-enabled network cannot reach the resolver: the gate stays
 	// closed, everything is created in copy mode, nothing is replaced.
-	t.Log("phase 1: the node-local address is not assigned")
+	t.Log("phase 1: the node-local address is not assigned, the loopback address is taken")
+	squatter := holdPort53(t, migLoopback)
 	a1 := startAgent(t, "agent (resolver unreachable)", agentArgs...)
 	pushDeclaration(t, push, decl(1, "auto"))
 	eventually(t, "every container runs in copy mode", 90*time.Second, settled(false))
@@ -218,6 +239,12 @@ func TestMigrationEndToEnd(t *testing.T) {
 		t.Logf("probe of %s (%s): pass=%v strategy=%s reason=%s", n, ns.Kind, ns.Last.Pass, ns.Last.Strategy, ns.Last.Reason)
 		if ns.Last.Pass != wantPass {
 			t.Errorf("probe of %s: pass=%v, want %v (%s)", n, ns.Last.Pass, wantPass, ns.Last.Reason)
+		}
+		if n == dnsNet && !strings.Contains(ns.Last.Reason, "not assigned") {
+			t.Errorf("probe of %s failed for %q, want the node-local strategy's reason: the address is not assigned", n, ns.Last.Reason)
+		}
+		if n == dnsNet && v.AtLeast(4, 4) && !strings.Contains(ns.Last.Reason, "address already in use") {
+			t.Errorf("podman %s: probe of %s failed for %q, want the aardvark strategy's reason: its address is taken", v, n, ns.Last.Reason)
 		}
 		if ns.Resolve {
 			t.Errorf("network %s switched to resolve mode while the DNS-enabled network cannot reach the resolver (flag auto)", n)
@@ -249,7 +276,8 @@ func TestMigrationEndToEnd(t *testing.T) {
 	// 2. Reachable: the node-local address is assigned, the agent restarts
 	// on the same state. The migration replaces each container once, in
 	// dependency order.
-	t.Log("phase 2: the node-local address is assigned; the agent restarts")
+	t.Log("phase 2: the loopback address is free, the node-local address assigned; the agent restarts")
+	squatter.Close()
 	addNodeLocal(t)
 	phase2 := time.Now()
 	startAgent(t, "agent (resolver reachable)", agentArgs...)
@@ -276,11 +304,25 @@ func TestMigrationEndToEnd(t *testing.T) {
 	if st, err = migrations.LoadState(statedir.New(state).Migrations()); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"podman", dnsNet, intNet} {
+	for n, want := range map[string]migrations.Strategy{"podman": migrations.StrategyGateway, dnsNet: dnsStrategy, intNet: migrations.StrategyGateway} {
 		if ns := st.Networks[n]; !ns.Resolve {
 			t.Errorf("network %s is not in resolve mode after the migration", n)
 		} else {
 			t.Logf("network %s: resolve mode through %s %v", n, ns.Proven.Strategy, ns.Proven.DNS.Servers)
+			if ns.Proven.Strategy != want {
+				t.Errorf("podman %s: network %s switched through %s, want %s", v, n, ns.Proven.Strategy, want)
+			}
+		}
+	}
+	// meshhost migrate status says which strategy each network got.
+	code, out, stderr := runCLI(t, nil, "migrate", "status", "--state", state, "--podman", h.Socket())
+	t.Logf("meshhost migrate status:\n%s", out)
+	for _, row := range [][]string{{dnsNet, "resolve", string(dnsStrategy)}, {intNet, "resolve", "gateway"}} {
+		if !slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
+			f := strings.Fields(l)
+			return len(f) > 3 && f[0] == row[0] && f[2] == row[1] && f[3] == row[2]
+		}) {
+			t.Errorf("meshhost migrate status (exit %d, %s) has no row %v:\n%s", code, stderr, row, out)
 		}
 	}
 	for _, c := range all {
@@ -312,6 +354,13 @@ func TestMigrationEndToEnd(t *testing.T) {
 	cacheIP := h.MustPodman("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", cache)
 	if out, ok := resolves(api, cache, cacheIP); !ok {
 		t.Errorf("on the DNS-enabled network, the peer %s (%s) does not resolve in %s through aardvark-dns:\n%s", cache, cacheIP, api, out)
+	}
+	// A name outside the mesh: forwarded to the upstream (a stub on
+	// loopback), from every network.
+	for _, c := range all {
+		if out, ok := resolves(c, probeOutside+".", probeOutsideAddr.String()); !ok {
+			t.Errorf("the outside name %s does not resolve in %s (network %s):\n%s", probeOutside, c, netOf[c], out)
+		}
 	}
 	passes(3)
 	if got := creates(phase3); len(got) != 0 {
@@ -352,6 +401,37 @@ func TestMigrationEndToEnd(t *testing.T) {
 		}
 	}
 	t.Logf("the migration and back took %v", time.Since(testStart).Round(time.Second))
+}
+
+// holdPort53 binds UDP and TCP port 53 on the loopback address addr until
+// it is closed or the test ends, so that a resolver cannot listen there.
+func holdPort53(t *testing.T, addr string) io.Closer {
+	t.Helper()
+	ap := netip.AddrPortFrom(netip.MustParseAddr(addr), 53)
+	u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+	if err != nil {
+		t.Fatalf("holding %s/udp: %v", ap, err)
+	}
+	l, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(ap))
+	if err != nil {
+		u.Close()
+		t.Fatalf("holding %s/tcp: %v", ap, err)
+	}
+	c := closers{u, l}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var errs []error
+	for _, c := range cs {
+		if err := c.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // nodeLocalAssigned reports whether migNodeLocal is an address of lo.

@@ -181,7 +181,7 @@ func TestAgentSIGKILLMidMigration(t *testing.T) {
 		args := []string{"--runtime", "podman", "--podman", trap.uri(), "--machine", machine,
 			"--state", state, "--push", "unix:" + sock, "--http", "off", "--interval", "1s",
 			"--budget", strconv.Itoa(budget), "--budget-window", "1h",
-			"--upstream", stub.String(), "--probe-binary", probe, "--node-local", "169.254.53.99"}
+			"--upstream", stub.String(), "--probe-binary", probe, "--node-local", "169.254.53.99", "--loopback", e2eLoopback}
 		if probing {
 			args = append(args, "--probe-outside", probeOutside+"="+probeOutsideAddr.String())
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -23,11 +22,9 @@ func openPodman(ctx context.Context, uri string, logger *slog.Logger) (rt *podma
 	if err != nil {
 		return nil, false, err
 	}
-	v, err := rt.Version(ctx)
+	keeps, err := rt.KeepsUpdates(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	var major, minor int
-	fmt.Sscanf(v.Version, "%d.%d", &major, &minor)
-	return rt, major > 5 || major == 5 && minor >= 1, nil
+	return rt, keeps, nil
 }

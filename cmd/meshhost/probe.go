@@ -39,6 +39,7 @@ func runProbe(ctx context.Context, env *environment, args []string) (int, error)
 	stateDir := fs.String("state", "", "record the results in the migration state in `DIR` (as the agent does); default: only print them")
 	output := fs.String("output", "text", "output format: text or json")
 	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local address (assigned to lo) of the node-local strategy")
+	loopback := fs.String("loopback", migrations.DefaultLoopback, "the loopback address (127.0.0.0/8) of the aardvark strategy")
 	binary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the whole probe")
 	fs.Usage = func() {
@@ -62,6 +63,10 @@ Exit 0 when every network passed, 3 when one failed.`)
 	nl, err := netip.ParseAddr(*nodeLocal)
 	if err != nil {
 		return 2, fmt.Errorf("--node-local: %w", err)
+	}
+	lo, err := netip.ParseAddr(*loopback)
+	if err != nil {
+		return 2, fmt.Errorf("--loopback: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -94,7 +99,7 @@ Exit 0 when every network passed, 3 when one failed.`)
 	}
 	runner, err := migrations.NewRunner(migrations.RunnerConfig{
 		Runtime: p, Resolver: srv, Image: image, Zone: probeZone,
-		Outside: probeOutside, OutsideWant: probeOutsideAddr, NodeLocal: nl,
+		Outside: probeOutside, OutsideWant: probeOutsideAddr, NodeLocal: nl, Loopback: lo,
 	})
 	if err != nil {
 		return 1, err

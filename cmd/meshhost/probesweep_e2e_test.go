@@ -68,7 +68,7 @@ func TestAgentSweepsLeftoverProbes(t *testing.T) {
 
 	logs, _, stop := fltInProcess(t, "--runtime", "podman", "--podman", h.Socket(), "--machine", machine,
 		"--state", t.TempDir(), "--push", "off", "--http", "off", "--interval", "1s",
-		"--probe-binary", "/nonexistent", "--upstream", stub.String(), "--node-local", "169.254.53.99")
+		"--probe-binary", "/nonexistent", "--upstream", stub.String(), "--node-local", "169.254.53.99", "--loopback", e2eLoopback)
 	exists := func(name string) bool {
 		out, _ := h.Podman("ps", "-a", "--format", "{{.Names}}", "--filter", "name=^"+name+"$")
 		return strings.TrimSpace(out) == name

@@ -20,10 +20,7 @@ func runVersion(ctx context.Context, env *environment, args []string) (int, erro
 	if err := fs.Parse(args); err != nil {
 		return 2, err
 	}
-	version := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		version = bi.Main.Version
-	}
+	version := buildVersion()
 	info := struct {
 		Version string   `json:"version"`
 		Go      string   `json:"go"`
@@ -35,4 +32,19 @@ func runVersion(ctx context.Context, env *environment, args []string) (int, erro
 	}
 	fmt.Fprintf(env.stdout, "meshhost %s (%s), digest %s\n", info.Version, info.Go, info.Digest)
 	return 0, nil
+}
+
+// version is stamped by a build that names its version:
+// go build -ldflags "-X main.version=V".
+var version string
+
+// buildVersion is the stamped version, else the module's, else (devel).
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }

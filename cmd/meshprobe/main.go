@@ -88,12 +88,18 @@ func main() {
 	}
 }
 
-// run resolves c.Name (IPv4: the canary is an A record) and judges the answer.
+// run resolves c.Name and judges the answer: IPv4 only (the canary and
+// the stub's outside name are A records), except a peer's name, which on
+// an IPv6-only network has AAAA records only.
 func run(r *net.Resolver, c *check, self []netip.Addr, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	network := "ip4"
+	if c.Check == "peer" {
+		network = "ip"
+	}
 	start := time.Now()
-	addrs, err := r.LookupNetIP(ctx, "ip4", c.Name)
+	addrs, err := r.LookupNetIP(ctx, network, c.Name)
 	c.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
 	for _, a := range addrs {
 		c.Got = append(c.Got, a.Unmap().String())

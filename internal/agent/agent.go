@@ -20,10 +20,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +41,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/rosterguard"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
@@ -115,9 +119,27 @@ type Config struct {
 	// AfterPass, when set, runs after every pass with its report (the agent
 	// command persists the reconciler's budget and adoptions there).
 	AfterPass func(*Report)
-	Logger    *slog.Logger
+	// SourceHealth, when set, says why the declaration source is not
+	// healthy (a NATS server cut off longer than the source's patience),
+	// or nil; Health reports it. The roster in force keeps serving.
+	SourceHealth func() error
+	Logger       *slog.Logger
 	// Registerer receives the agent's metrics. Nil registers none.
 	Registerer prometheus.Registerer
+
+	// ResolverAlive reports, without blocking, whether the resolver
+	// answers (control.Client.Alive, for a resolver of its own). Nil: it
+	// runs in this process, and answers while the process does.
+	ResolverAlive func() error
+	// Asserted runs once, after the first pass that exposed the resolver
+	// on every network the gate has proven, without an error: a resolver
+	// that outlived the previous agent then drops what that agent had
+	// exposed and this one did not (control.Client.Settle). Until then it
+	// keeps serving all of it.
+	Asserted func() error
+	// RetryMin is the wait before the pass after a failed one; it doubles
+	// with each failure in a row, up to Interval. Default 1s.
+	RetryMin time.Duration
 }
 
 // Agent runs passes. Its methods are safe for concurrent use.
@@ -143,6 +165,7 @@ type Agent struct {
 	// exposeErrs says, by network, why the resolver could not be exposed
 	// on it; logged when it changes.
 	exposeErrs map[string]string
+	asserted   bool // Config.Asserted ran
 	// hold is the last pass's blast-radius hold (nil: none); frozen whether
 	// the last pass found the machine frozen. Logged when they change.
 	hold   *pass.Hold
@@ -158,6 +181,9 @@ type status struct {
 	at     time.Time // when the last pass ended
 	err    error     // why it failed, or nil
 	report *Report   // the last pass that got as far as a report
+	// exposed says why the resolver is not exposed everywhere the gate
+	// says, nil when it is.
+	exposed error
 }
 
 // Report is what one pass did.
@@ -189,6 +215,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Interval == 0 {
 		cfg.Interval = 30 * time.Second
 	}
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -198,13 +227,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m, saved: cfg.SavedGeneration}
 	a.status.Store(&status{})
-	if r := cfg.Resolver.Roster(); r != nil {
-		// The saved roster the resolver serves, before any pass: the
-		// Source refuses a first declaration whose roster is older, or
-		// reuses its generation with other names.
-		a.inForce = r
-		cfg.Source.SetServed(r)
-	}
 	return a, nil
 }
 
@@ -225,21 +247,41 @@ func LoadDeclaration(dir statedir.Dir) (*spec.Declaration, error) {
 }
 
 // Run passes on every declaration change and every Interval until ctx
-// ends. It never stops a container on its way out.
+// ends. After a failed pass (podman's API or the resolver down, say) the
+// next one comes sooner: RetryMin, doubling with each failure in a row up
+// to Interval. Run never returns because a pass failed, and never stops a
+// container on its way out.
 func (a *Agent) Run(ctx context.Context) error {
-	tick := time.NewTicker(a.cfg.Interval)
-	defer tick.Stop()
+	wait := a.cfg.Interval
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	failures := 0
 	for {
 		if _, err := a.Pass(ctx); err != nil && ctx.Err() == nil {
-			a.log.Error("pass failed; the next one retries", "err", err)
+			failures++
+			wait = RetryWait(a.cfg.RetryMin, a.cfg.Interval, failures)
+			a.log.Error("pass failed; retrying", "in", wait, "failures_in_a_row", failures, "err", err)
+		} else {
+			failures, wait = 0, a.cfg.Interval
 		}
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-a.cfg.Source.Changed():
-		case <-tick.C:
+		case <-timer.C:
 		}
 	}
+}
+
+// RetryWait is the wait after the n-th failure in a row: min doubled n-1
+// times, at most max.
+func RetryWait(min, max time.Duration, n int) time.Duration {
+	w := min
+	for i := 1; i < n && w < max; i++ {
+		w *= 2
+	}
+	return time.Duration(math.Min(float64(w), float64(max)))
 }
 
 // Pass runs one pass now.
@@ -259,7 +301,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 			err = a.recovered("the pass", v)
 		}
 		a.metrics.pass(err, time.Since(start))
-		st := &status{at: time.Now(), err: err, report: a.status.Load().report}
+		st := &status{at: time.Now(), err: err, report: a.status.Load().report, exposed: a.exposedLocked()}
 		if rep != nil {
 			rep.Duration = time.Since(start)
 			st.report = rep
@@ -272,6 +314,15 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		}
 		a.status.Store(st)
 	}()
+	if a.inForce == nil {
+		// Once, after a start: the saved roster the resolver serves.
+		// Asked before there is a declaration too, so that the Source
+		// refuses a first one whose roster is older, or reuses its
+		// generation with other names. Kept from then on, since
+		// rebuilding it from the resolver's table costs a pass as much as
+		// the rest for a large roster.
+		a.setInForceLocked(a.cfg.Resolver.Roster())
+	}
 	decl, origin := a.cfg.Source.Current()
 	if decl == nil {
 		return nil, nil // nothing declared yet: serve the saved roster, touch nothing
@@ -386,12 +437,6 @@ func (a *Agent) recordDeclarationLocked(decl *spec.Declaration, origin string) {
 // goes on, and fails at its end.
 func (a *Agent) rosterInForceLocked(declared *spec.Roster) (_ *spec.Roster, unsaved, err error) {
 	syncs.AssertLocked(&a.mu)
-	if a.inForce == nil {
-		// Once, after a start: the saved roster the resolver loaded. Kept
-		// from then on, since rebuilding it from the resolver's table costs
-		// a pass as much as the rest for a large roster.
-		a.setInForceLocked(a.cfg.Resolver.Roster())
-	}
 	held := a.heldRoster
 	a.heldRoster = nil
 	a.metrics.rosterHeld.Set(0)
@@ -481,7 +526,14 @@ func (a *Agent) gateLocked(ctx context.Context, roster *spec.Roster, rep *Report
 	// probed (issue 7: an agent restarted with a bad probe configuration, or
 	// whose probe image failed to import, left them pointing at addresses
 	// where nothing listened).
-	a.exposeLocked(nets, prefer)
+	if a.exposeLocked(nets, prefer) && !a.asserted && a.cfg.Asserted != nil {
+		if err := a.cfg.Asserted(); err != nil {
+			a.log.Warn("the resolver could not drop what the previous agent exposed; next pass retries", "err", err)
+		} else {
+			a.asserted = true
+			a.log.Info("the resolver's exposure is this agent's now (what an earlier agent exposed and this one did not is dropped)")
+		}
+	}
 	if err := a.ensureProberLocked(roster); err != nil {
 		if a.proberErr == nil || a.proberErr.Error() != err.Error() {
 			a.log.Warn("cannot probe the networks; every container keeps its copied names until a probe passes", "err", err)
@@ -530,10 +582,12 @@ func (a *Agent) gateLocked(ctx context.Context, roster *spec.Roster, rep *Report
 // recreated under its name, or a node-local address assigned late,
 // without a restart. A failure is logged when it changes; the pass goes
 // on (the network's next probe fails, and the gate acts on that).
-func (a *Agent) exposeLocked(nets []migrations.Network, prefer map[string]migrations.Strategy) {
+//
+// It reports whether every proven network is exposed.
+func (a *Agent) exposeLocked(nets []migrations.Network, prefer map[string]migrations.Strategy) bool {
 	syncs.AssertLocked(&a.mu)
 	if a.cfg.Exposer == nil {
-		return
+		return true
 	}
 	a.cfg.Exposer.Retain(nets)
 	failed := map[string]string{}
@@ -550,6 +604,21 @@ func (a *Agent) exposeLocked(nets []migrations.Network, prefer map[string]migrat
 		}
 	}
 	a.exposeErrs = failed
+	return len(failed) == 0
+}
+
+// exposedLocked says why the resolver is not exposed on every network the
+// gate has proven, nil when it is.
+func (a *Agent) exposedLocked() error {
+	syncs.AssertLocked(&a.mu)
+	if len(a.exposeErrs) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, n := range slices.Sorted(maps.Keys(a.exposeErrs)) {
+		errs = append(errs, fmt.Errorf("network %s: %s", n, a.exposeErrs[n]))
+	}
+	return fmt.Errorf("the resolver is not exposed where the gate says: %w", errors.Join(errs...))
 }
 
 func (a *Agent) ensureProberLocked(roster *spec.Roster) error {
@@ -584,44 +653,109 @@ func (a *Agent) saveDeclaration(d *spec.Declaration) error {
 	return nil
 }
 
-// Health reports why the agent is not healthy, or nil: the resolver must be
-// serving a roster, and the last pass must have succeeded recently. It
-// never waits for a pass in progress: it reads what the last one
-// published.
-func (a *Agent) Health() error {
+// Liveness says why the agent is not alive, nil when it is: the process
+// answers (it is answering this), and so does the resolver. It never waits
+// for a pass, nor on a socket.
+func (a *Agent) Liveness() error {
+	if a.cfg.ResolverAlive != nil {
+		if err := a.cfg.ResolverAlive(); err != nil {
+			return fmt.Errorf("the resolver does not answer: %w", err)
+		}
+	}
+	return nil
+}
+
+// Readiness says why the agent is not ready, nil when it is: the resolver
+// serves a roster and is exposed where the gate says, and the last pass
+// succeeded recently. It never waits for a pass in progress: it reads what
+// the last one published.
+func (a *Agent) Readiness() error {
+	if err := a.Liveness(); err != nil {
+		return err
+	}
 	if !a.cfg.Resolver.Serving() {
 		return errors.New("the resolver has no roster yet")
 	}
+	if a.cfg.SourceHealth != nil {
+		if err := a.cfg.SourceHealth(); err != nil {
+			return fmt.Errorf("declaration source: %w", err)
+		}
+	}
 	st := a.status.Load()
+	if st.at.IsZero() {
+		return errors.New("no pass has ended yet")
+	}
 	if st.err != nil {
 		return fmt.Errorf("last pass failed: %w", st.err)
 	}
-	if !st.at.IsZero() && time.Since(st.at) > 3*a.cfg.Interval+time.Minute {
+	if st.exposed != nil {
+		return st.exposed
+	}
+	if time.Since(st.at) > 3*a.cfg.Interval+time.Minute {
 		return fmt.Errorf("no pass since %s", st.at.Format(time.RFC3339))
 	}
 	return nil
 }
 
+// Health is Readiness, under its old name.
+func (a *Agent) Health() error { return a.Readiness() }
+
 // LastReport returns what the last pass did. It never waits for a pass in
 // progress.
 func (a *Agent) LastReport() *Report { return a.status.Load().report }
 
-// Handler serves /healthz (200 "ok", or 503 saying why not: Health) and
-// /v1/report (LastReport as JSON). Neither waits for a pass in progress.
+// Handler serves /livez (Liveness), /readyz (Readiness) and /healthz (its
+// old name), each 200 "ok" or 503 saying why not, and /v1/report
+// (LastReport as JSON). None waits for a pass in progress.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.Health(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
+	probe := func(check func() error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if err := check(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
 		}
-		fmt.Fprintln(w, "ok")
-	})
+	}
+	mux.Handle("/livez", probe(a.Liveness))
+	mux.Handle("/readyz", probe(a.Readiness))
+	mux.Handle("/healthz", probe(a.Readiness))
 	mux.HandleFunc("/v1/report", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(a.LastReport())
 	})
 	return mux
+}
+
+// Notify tells systemd how the agent is (package sdnotify; nothing without
+// NOTIFY_SOCKET) until ctx ends: READY=1 once its resolver answers,
+// WATCHDOG=1 from a loop of its own that never waits for a pass (a pass
+// may wait minutes on a health-gated start), as long as Liveness holds,
+// and STOPPING=1 at the end.
+func (a *Agent) Notify(ctx context.Context) { Notify(ctx, a.log, a.Liveness) }
+
+// Notify is Agent.Notify with alive in the place of Liveness, for the
+// agent command while it has no Agent yet (podman's API down at start).
+func Notify(ctx context.Context, log *slog.Logger, alive func() error) {
+	if !sdnotify.Enabled() {
+		return
+	}
+	defer sdnotify.Notify(sdnotify.Stopping)
+	go sdnotify.WatchdogLoop(ctx, log, alive)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for alive() != nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+	if err := sdnotify.Notify(sdnotify.Ready + "\nSTATUS=the resolver answers"); err != nil {
+		log.Warn("telling systemd the agent is ready", "err", err)
+	}
+	<-ctx.Done()
 }
 
 // writeAtomic writes a state file whole or not at all.

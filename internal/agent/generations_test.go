@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"strings"
@@ -29,8 +30,9 @@ func TestRosterGenerationsCannotLie(t *testing.T) {
 		t.Fatalf("Offer(roster 3 with another name) = %v, want a conflict naming roster generation 3", err)
 	}
 
-	// A restarted agent: the resolver serves its saved roster 3 before any
-	// pass, and a first declaration with roster 2 is refused.
+	// A restarted agent: the resolver serves its saved roster 3, the
+	// first pass (before any declaration) tells the Source, and a first
+	// declaration with roster 2 is refused.
 	srv, err := resolver.New(resolver.Config{StatePath: statedir.New(f.state).Roster(), Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		t.Fatal(err)
@@ -41,8 +43,12 @@ func TestRosterGenerationsCannotLie(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Config{Runtime: f.rt, Reconciler: rec, Resolver: srv, Gate: f.agent.cfg.Gate, Source: source, State: statedir.New(f.state)}); err != nil {
+	a, err := New(Config{Runtime: f.rt, Reconciler: rec, Resolver: srv, Gate: f.agent.cfg.Gate, Source: source, State: statedir.New(f.state)})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if rep, err := a.Pass(context.Background()); rep != nil || err != nil { // the first pass, nothing declared yet
+		t.Fatalf("a first pass without a declaration = %v, %v", rep, err)
 	}
 	older := strings.Replace(string(declaration(5, spec.FlagOn, 2, 10)), `"roster": {"generation": 5`, `"roster": {"generation": 2`, 1)
 	if _, err := source.Offer([]byte(older), "test"); !errors.Is(err, declsource.ErrConflict) || !strings.Contains(err.Error(), "2 is older than roster generation 3, served") {

@@ -12,17 +12,24 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
+	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/resolver/control"
+	"github.com/meshhost/meshhost/resolver/handover"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
 
@@ -39,6 +46,42 @@ type resolverFlags struct {
 	resolvConf string
 	ttl, neg   time.Duration
 	timeout    time.Duration
+	cache      CacheFlags
+
+	// The service's: see service.go.
+	control     string
+	controlMode os.FileMode
+	controlUIDs []uint32
+	stateDir    string
+	handover    string
+}
+
+// CacheFlags are the cache's flags, shared with `meshhost agent`.
+type CacheFlags struct {
+	Size           int
+	MaxTTL, MaxNeg time.Duration
+}
+
+// Register adds --cache-size, --cache-max-ttl and --cache-max-negative-ttl
+// to fs.
+func (c *CacheFlags) Register(fs *flag.FlagSet) {
+	fs.IntVar(&c.Size, "cache-size", resolver.DefaultCacheSize, "answers to outside names kept in the cache (at most 1232 bytes each); 0 disables the cache; SIGUSR1 empties it")
+	fs.DurationVar(&c.MaxTTL, "cache-max-ttl", resolver.DefaultCacheMaxTTL, "longest time an outside answer is kept (its TTLs are capped to it); 0 disables the cache")
+	fs.DurationVar(&c.MaxNeg, "cache-max-negative-ttl", resolver.DefaultCacheMaxNegativeTTL, "longest time an NXDOMAIN or NODATA answer is kept (RFC 2308: its SOA's TTL and MINIMUM, capped to this); 0 keeps none")
+}
+
+// Apply sets cfg's cache fields from the flags: the flags' 0 (off) is the
+// Config's negative.
+func (c CacheFlags) Apply(cfg *resolver.Config) {
+	off := func(v int64) int64 {
+		if v <= 0 {
+			return -1
+		}
+		return v
+	}
+	cfg.CacheSize = int(off(int64(c.Size)))
+	cfg.CacheMaxTTL = time.Duration(off(int64(c.MaxTTL)))
+	cfg.CacheMaxNegativeTTL = time.Duration(off(int64(c.MaxNeg)))
 }
 
 func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, error) {
@@ -49,11 +92,32 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 	fs.Var(&f.listen, "listen", "`ADDR[,ADDR...]` (ip:port) to serve over UDP and TCP; repeatable")
 	fs.Var(&f.upstreams, "upstream", "upstream `ADDR[,ADDR...]` (ip or ip:port) for names outside the roster; repeatable (default: the nameservers of --resolv-conf)")
 	fs.Var(&f.allow, "allow", "client `CIDR[,CIDR...]` (or address) to answer besides loopback; repeatable (others get REFUSED)")
-	fs.StringVar(&f.state, "state", "", "`PATH` keeping the last good roster across restarts (default: none)")
+	fs.StringVar(&f.state, "state", "", "`PATH` keeping the last good roster across restarts (default: none, or STATE-DIR/roster.json)")
+	fs.StringVar(&f.stateDir, "state-dir", "", "`DIR` keeping the last good roster (roster.json) and the exposure put on the control socket (exposure.json), served from the resolver's start")
+	fs.StringVar(&f.control, "control", "", "control socket `PATH` through which the agent feeds the roster and the exposure (see resolver/control); off by default")
+	f.controlMode = 0o600
+	fs.Func("control-mode", "the control socket's file `MODE` (default 0600; 0660 lets the socket's group connect, if --control-uid admits them)", func(v string) error {
+		m, err := strconv.ParseUint(v, 8, 32)
+		if err != nil || m&^0o777 != 0 {
+			return fmt.Errorf("%q is not an octal file mode", v)
+		}
+		f.controlMode = os.FileMode(m)
+		return nil
+	})
+	fs.Func("control-uid", "`UID` that may use the control socket besides root and the resolver's own user; repeatable", func(v string) error {
+		u, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return fmt.Errorf("%q is not a uid", v)
+		}
+		f.controlUIDs = append(f.controlUIDs, uint32(u))
+		return nil
+	})
+	fs.StringVar(&f.handover, "handover", "", "handover socket `PATH`: a resolver started while another serves takes over its sockets there, and offers its own the same way; off by default")
 	fs.StringVar(&f.resolvConf, "resolv-conf", "/etc/resolv.conf", "`FILE` whose nameservers are the upstreams when --upstream is not given")
 	fs.DurationVar(&f.ttl, "ttl", 5*time.Second, "TTL of roster answers")
 	fs.DurationVar(&f.neg, "negative-ttl", 5*time.Second, "TTL of NXDOMAIN and NODATA answers")
 	fs.DurationVar(&f.timeout, "upstream-timeout", 2*time.Second, "time to wait for one upstream")
+	f.cache.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: "+prog+" --roster FILE --listen ADDR[,ADDR...] [--upstream ADDR ...] [--allow CIDR ...] [--state PATH] [--ttl D]")
 		fmt.Fprintln(stderr)
@@ -68,26 +132,47 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 		fs.Usage()
 		return nil, fmt.Errorf("unexpected arguments %q: %w", fs.Args(), ErrUsage)
 	}
-	if len(f.listen) == 0 {
-		fs.Usage()
-		return nil, fmt.Errorf("--listen is required, e.g. --listen 127.0.0.1:5353: %w", ErrUsage)
+	if f.stateDir != "" && f.state == "" {
+		f.state = filepath.Join(f.stateDir, "roster.json")
 	}
-	if f.roster == "" && f.state == "" {
+	if len(f.listen) == 0 && f.control == "" && f.stateDir == "" {
 		fs.Usage()
-		return nil, fmt.Errorf("--roster (or --state holding a saved roster) is required: %w", ErrUsage)
+		return nil, fmt.Errorf("--listen is required (or --control and --state-dir, for addresses the agent exposes), e.g. --listen 127.0.0.1:5353: %w", ErrUsage)
+	}
+	if f.roster == "" && f.state == "" && f.control == "" {
+		fs.Usage()
+		return nil, fmt.Errorf("--roster (or --state holding a saved roster, or --control for the agent to feed it) is required: %w", ErrUsage)
 	}
 	return f, nil
 }
 
-// Run runs the command until ctx is done. It returns the process exit code:
-// 2 for usage and flag errors, 1 for other errors (which it returns).
+// Run runs the command until ctx is done, or until it has handed its
+// sockets over to a successor (--handover). It returns the process exit
+// code: 2 for usage and flag errors, 1 for other errors (which it returns).
+//
+// The order is what keeps DNS answering through restarts: sockets inherited
+// first (systemd's store, a running predecessor), then the saved roster,
+// then every address served (inherited sockets, or bound afresh: the static
+// --listen ones and the saved exposure's), and only then READY=1.
 func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int, error) {
 	f, err := parseFlags(prog, stderr, args)
 	if err != nil {
 		return 2, err // usage and flag errors
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	srv, err := resolver.New(resolver.Config{
+	if f.stateDir != "" {
+		if err := os.MkdirAll(f.stateDir, 0o700); err != nil {
+			return 1, fmt.Errorf("state directory: %w", err)
+		}
+	}
+	in, succ := takeSockets(ctx, f, log)
+	defer in.closeRest()
+	abort := func() {
+		if succ != nil {
+			succ.Abort() // the predecessor serves on
+		}
+	}
+	cfg := resolver.Config{
 		Logger:          log,
 		TTL:             f.ttl,
 		NegativeTTL:     f.neg,
@@ -96,11 +181,32 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		UpstreamTimeout: f.timeout,
 		Allow:           f.allow,
 		StatePath:       f.state,
-	})
+	}
+	f.cache.Apply(&cfg)
+	srv, err := resolver.New(cfg)
 	if err != nil {
+		abort()
 		return 1, err
 	}
 	defer srv.Close()
+	s := &service{f: f, log: log, srv: srv, handed: make(chan struct{})}
+	var exposed []netip.AddrPort
+	if f.control != "" || f.stateDir != "" {
+		var xpath string
+		if f.stateDir != "" {
+			xpath = filepath.Join(f.stateDir, "exposure.json")
+		}
+		s.ctl, err = control.NewServer(control.Config{
+			Resolver: srv, ExposurePath: xpath, Static: f.listen, StaticAllow: f.allow,
+			AllowUIDs: f.controlUIDs, Version: Version, Logger: log,
+			ListenersChanged: s.listenersChanged,
+		})
+		if err != nil {
+			abort()
+			return 1, err
+		}
+		exposed = s.ctl.Exposure().Listen
+	}
 
 	// Watch before the first read, so that no change is missed between them.
 	reload := make(chan struct{}, 1)
@@ -115,6 +221,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		// change in its directory (to catch atomic renames).
 		w, err := filewatch.New(f.roster)
 		if err != nil {
+			abort()
 			return 1, fmt.Errorf("watching %q: %w", f.roster, err)
 		}
 		wctx, stopWatch := context.WithCancel(ctx)
@@ -123,6 +230,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		defer func() { stopWatch(); <-watching }()
 		if err := reloadRoster(log, srv, f.roster); err != nil {
 			if !srv.Serving() {
+				abort()
 				return 1, err
 			}
 			log.Error("roster file refused; serving the saved roster", "err", err)
@@ -133,27 +241,114 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	// reloads leave this to the runtime's background scavenger, which does
 	// not stall queries.)
 	debug.FreeOSMemory()
-	for _, a := range f.listen {
-		if err := srv.Listen(a); err != nil {
-			return 1, err
-		}
+	if s.ctl != nil {
+		// The handed-over sockets hold queries of the exposed networks'
+		// clients already: they are allowed before the first is read.
+		s.ctl.ApplyClients()
 	}
+	if err := s.adoptListeners(in, f.listen, exposed); err != nil {
+		abort()
+		return 1, err
+	}
+	if s.ctl != nil {
+		s.ctl.Start() // failures are logged, and retried below
+	}
+	if err := s.openSockets(in); err != nil {
+		abort()
+		return 1, err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if s.controlL != nil {
+		wg.Go(func() {
+			if err := s.ctl.Serve(s.controlL); err != nil {
+				log.Error("control server", "err", err)
+			}
+		})
+		defer s.ctl.Shutdown(context.Background())
+		log.Info("control socket", "path", f.control)
+	}
+	if pending := awaitAnswering(ctx, srv.Listeners(), 10*time.Second); len(pending) > 0 {
+		log.Error("some addresses of this machine do not answer the resolver's own query", "addrs", pending)
+	}
+	if succ != nil {
+		// Serving now: the predecessor stops reading and drains.
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			if err := succ.Serving(sctx); err != nil {
+				log.Warn("the predecessor's handover", "err", err)
+			} else {
+				log.Info("the predecessor drained and is gone")
+			}
+		})
+	}
+	s.storeAll()
+	sdnotify.Notify(fmt.Sprintf("%s\nSTATUS=serving generation %d on %d addresses", sdnotify.Ready, srv.Generation(), len(srv.Listeners())))
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	stopFlush := FlushOnSignal(ctx, srv)
+	defer stopFlush()
 	fmt.Fprintf(stderr, "%s: serving on %v\n", prog, srv.Listeners())
 
-	if f.roster == "" {
-		<-ctx.Done()
-		return 0, nil
+	lctx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	wg.Go(func() {
+		sdnotify.WatchdogLoop(lctx, log, func() error {
+			srv.Listeners() // the listener registry is not wedged
+			return nil
+		})
+	})
+	if s.ctl != nil {
+		wg.Go(func() {
+			tick := time.NewTicker(5 * time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-lctx.Done():
+					return
+				case <-tick.C:
+					s.ctl.Retry()
+				}
+			}
+		})
 	}
+	if s.handoverL != nil {
+		wg.Go(func() {
+			if err := handover.Serve(lctx, s.handoverL, s, Version, log); err != nil && lctx.Err() == nil {
+				log.Error("handover socket", "err", err)
+			}
+		})
+	}
+
 	for {
 		select {
 		case <-ctx.Done():
+			sdnotify.Notify(sdnotify.Stopping)
+			stopLoops()
+			if s.ctl != nil {
+				s.ctl.Shutdown(context.Background())
+			}
+			// Stop reading and answer what was read: under systemd the
+			// sockets stay in its store, and the next process answers
+			// what queues in them meanwhile.
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			srv.Drain(dctx)
+			cancel()
+			return 0, nil
+		case <-s.handed:
+			log.Info("handed over to the successor and drained; exiting")
+			stopLoops()
 			return 0, nil
 		case <-hup:
-			poke()
+			if f.roster != "" {
+				poke()
+			}
 		case <-reload:
+			if f.roster == "" {
+				continue
+			}
 			if err := reloadRoster(log, srv, f.roster); err != nil {
 				log.Error("roster refused; the previous one keeps serving", "err", err)
 			}
@@ -198,4 +393,29 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	log.Info("roster applied", "path", path, "generation", r.Generation, "names", len(r.Names),
 		"took", time.Since(start), "applied_unix_nano", time.Now().UnixNano())
 	return nil
+}
+
+// FlushOnSignal empties srv's cache on each SIGUSR1 until ctx ends or the
+// returned func is called (which waits for that).
+func FlushOnSignal(ctx context.Context, srv *resolver.Server) (stop func()) {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-usr1:
+				srv.FlushCache()
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(usr1)
+		cancel()
+		<-done
+	}
 }

@@ -24,6 +24,9 @@ func inspected(d *define.InspectContainerData) reconcile.Inspected {
 		},
 		Settings: settings(d),
 	}
+	if d.BoundingCaps != nil {
+		in.Capabilities = slices.Sorted(slices.Values(d.BoundingCaps))
+	}
 	if c := d.Config; c != nil {
 		in.Labels = c.Labels
 		if c.Image != "" {

@@ -71,3 +71,22 @@ func (r *Runtime) Version(ctx context.Context) (Version, error) {
 	s := rep.Server
 	return Version{Version: s.Version, APIVersion: s.APIVersion, GoVersion: s.GoVersion, OsArch: s.OsArch}, nil
 }
+
+// KeepsUpdates reports whether this podman keeps a resource update (Update)
+// across the container's restarts, so that the reconciler may update in
+// place: 5.1 and later (podman PR 22322). Before, Inspect keeps reporting
+// the limits the container was created with and its next start restores
+// them, so a resource change must replace the container
+// (reconcile.Config.NoInPlaceUpdates). A version this package cannot read
+// is taken as not keeping them.
+func (r *Runtime) KeepsUpdates(ctx context.Context) (bool, error) {
+	v, err := r.Version(ctx)
+	if err != nil {
+		return false, err
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(v.Version, "%d.%d", &major, &minor); err != nil {
+		return false, nil
+	}
+	return major > 5 || major == 5 && minor >= 1, nil
+}

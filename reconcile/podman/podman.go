@@ -249,7 +249,16 @@ func updateResources(res spec.Resources) *specs.LinuxResources {
 // mapError maps podman's answers to reconcile's sentinels, keeping the
 // message. Only a missing container is ErrNotFound: a missing image or
 // network (HTTP 500 from podman 4.3: "image not known", "network not found")
-// is an error of its own.
+// is an error of its own. The answers differ by version and by podman's
+// database (see errors_test.go for each, as the services said them):
+//
+//   - a missing container: "no such container" (HTTP 404) everywhere;
+//   - a create onto a name in use: "that name is already in use" (HTTP
+//     500, from the storage layer) everywhere;
+//   - a rename onto a name in use: "container already exists" (HTTP 409)
+//     on BoltDB (podman 4, and podman 5 on a database made by podman 4),
+//     but on SQLite (podman 5's default) the database's own refusal,
+//     "UNIQUE constraint failed: ContainerConfig.Name" (HTTP 500).
 func mapError(err error) error {
 	var m *errorModel
 	if !errors.As(err, &m) {
@@ -259,11 +268,16 @@ func mapError(err error) error {
 	case m.Because == "no such container", m.ResponseCode == 404 && strings.Contains(m.Message, "no container with"):
 		return fmt.Errorf("%s: %w", m.Message, reconcile.ErrNotFound)
 	case m.Because == "that name is already in use", m.Because == "container already exists",
-		strings.Contains(m.Message, "is already in use"):
+		strings.Contains(m.Message, "is already in use"),
+		strings.Contains(m.Message, sqliteNameTaken):
 		return fmt.Errorf("%s: %w", m.Message, reconcile.ErrNameInUse)
 	}
 	return err
 }
+
+// sqliteNameTaken is how podman's SQLite database refuses a second
+// container of one name.
+const sqliteNameTaken = "UNIQUE constraint failed: ContainerConfig.Name"
 
 // errorModel is the error podman's API answers with.
 type errorModel = errorhandling.ErrorModel

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
 )
@@ -166,4 +167,59 @@ func outcomes(res *reconcile.Result) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// TestResourceChangeWherePodmanKeepsUpdates is the agent's choice between
+// updating in place and replacing, on the podman at hand: where podman
+// keeps updates across restarts (KeepsUpdates: 5.1 and later) a resource
+// change updates the running container, and its limits survive a stop and
+// start; where it does not (Debian's 4.3), the change replaces the
+// container, whose new limits are then its own.
+func TestResourceChangeWherePodmanKeepsUpdates(t *testing.T) {
+	t.Parallel()
+	rt, h := newRuntime(t)
+	keeps, err := rt.KeepsUpdates(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := podmantest.Version(t); keeps != v.AtLeast(5, 1) {
+		t.Errorf("podman %s: KeepsUpdates = %v, want %v (podman 5.1 made updates persistent)", v, keeps, v.AtLeast(5, 1))
+	}
+	trt := scoped(rt, h.Prefix())
+	r := newReconciler(t, trt, func(c *reconcile.Config) { c.NoInPlaceUpdates = !keeps })
+	c := sleeper("svc")
+	c.Resources = spec.Resources{MemoryBytes: 64 << 20, MilliCPUs: 500, PidsLimit: 100}
+	desired := func() []spec.Rendered { return []spec.Rendered{render(t, h, c, nil, resolveMode)} }
+	res := mustReconcile(t, r, desired())
+	id := res.Outcomes[0].NewID
+
+	c.Resources = spec.Resources{MemoryBytes: 128 << 20, MilliCPUs: 250, PidsLimit: 64}
+	res = mustReconcile(t, r, desired())
+	o := res.Outcomes[0]
+	want, newID := reconcile.Replace, o.NewID
+	if keeps {
+		want, newID = reconcile.Update, id
+	}
+	if o.Kind != want || !strings.Contains(o.Reason, "resources") {
+		t.Fatalf("resources changed, KeepsUpdates %v: %v, want %s naming resources", keeps, outcomes(res), want)
+	}
+	if got := cgroupLimits(t, h, newID); got != c.Resources {
+		t.Errorf("after the %s the limits are %+v, want %+v", want, got, c.Resources)
+	}
+	// A stop and a start (a reboot, a restart policy) keep the new limits.
+	if err := rt.Stop(ctx(t), newID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx(t), newID); err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupLimits(t, h, newID); got != c.Resources {
+		t.Errorf("after the %s and a restart the limits are %+v, want %+v", want, got, c.Resources)
+	}
+	if in, err := rt.Inspect(ctx(t), newID); err != nil || in.Settings.Resources != c.Resources {
+		t.Errorf("after the %s and a restart Inspect reports %+v, %v; want %+v", want, in.Settings.Resources, err, c.Resources)
+	}
+	if res := mustReconcile(t, r, desired()); res.Count(reconcile.Keep) != 1 {
+		t.Errorf("pass after the restart: %v, want keep", outcomes(res))
+	}
 }

@@ -270,8 +270,13 @@ func TestAdoptHandMadeContainer(t *testing.T) {
 	c := sleeper("legacy")
 	c.Env = map[string]string{"A": "1"}
 	c.StopSignal = "SIGINT"
+	// Podman 5 grants no MKNOD by default, so it reports no drop of it:
+	// the container still matches (see reconcile.Inspected.Capabilities).
+	c.CapDrop = []string{"CHOWN", "MKNOD"}
+	c.CapAdd = []string{"NET_ADMIN"}
 	want := render(t, h, c, testRoster(t), spec.Mode{Names: spec.Copy})
-	args := []string{"run", "-d", "--name", want.Name, "--stop-signal", "SIGINT", "-e", "A=1"}
+	args := []string{"run", "-d", "--name", want.Name, "--stop-signal", "SIGINT", "-e", "A=1",
+		"--cap-drop", "CHOWN,MKNOD", "--cap-add", "NET_ADMIN"}
 	for _, e := range want.Hosts {
 		args = append(args, "--add-host", e.Name+":"+e.Addr.String())
 	}
@@ -283,5 +288,20 @@ func TestAdoptHandMadeContainer(t *testing.T) {
 	a := p.Actions[0]
 	if a.Kind != reconcile.Adopt || a.ID != id {
 		t.Errorf("plan for a hand-made container with the declared settings: %v; want adopt %s", a, id)
+	}
+	// And one holding a capability its declaration drops is not adopted.
+	held := sleeper("held")
+	held.CapDrop = []string{"CHOWN"}
+	want = render(t, h, held, testRoster(t), spec.Mode{Names: spec.Copy})
+	args = []string{"run", "-d", "--name", want.Name}
+	for _, e := range want.Hosts {
+		args = append(args, "--add-host", e.Name+":"+e.Addr.String())
+	}
+	h.MustPodman(append(append(args, podmantest.Image), want.Command...)...)
+	if p, err = newReconciler(t, trt, nil).Plan(ctx(t), []spec.Rendered{want}); err != nil {
+		t.Fatal(err)
+	}
+	if a := p.Actions[0]; a.Kind != reconcile.Conflict || !strings.Contains(a.Reason, "cap_drop") {
+		t.Errorf("plan for a hand-made container holding CHOWN, declared without: %v; want a conflict naming cap_drop", a)
 	}
 }

@@ -213,6 +213,18 @@ func (s *Source) WatchPath(ctx context.Context, path string) error {
 	return nil
 }
 
+// ReadPath reads the declaration at path (a file, or a directory whose
+// last *.json file is the declaration) now, as WatchPath does on a change:
+// on SIGHUP, say.
+func (s *Source) ReadPath(path string) {
+	info, err := os.Stat(path)
+	if err != nil {
+		s.logger.Error("declaration path unreachable; the declaration in force stays", "path", path, "err", err)
+		return
+	}
+	s.readPath(path, info.IsDir())
+}
+
 func (s *Source) readPath(path string, isDir bool) {
 	file := path
 	if isDir {

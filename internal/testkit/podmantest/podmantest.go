@@ -4,8 +4,16 @@
 //
 // The tests find the service through one environment variable,
 // MESHHOST_PODMAN_SOCKET (e.g. unix:///repo/.run/podman.sock), which
-// `eval "$(scripts/podman-up)"` and `make test` set. Without it the podman
-// tests skip, except under CI=true, where they fail.
+// `eval "$(scripts/podman-up)"` (podman 4.3, the host's) or
+// `eval "$(scripts/podman-up --podman 5)"` and `make test` set. Without it
+// the podman tests skip, except under CI=true, where they fail. A test whose
+// expectations differ between podman versions asks Version which one it
+// talks to.
+//
+// With MESHHOST_PODMAN_TESTLOG set to a file, every test that asks for the
+// service (Socket) appends its package and top-level test name to it, so
+// that `make test` can run exactly the tests that talk to podman against a
+// second service.
 //
 // It drives podman through its command line (podman --url SOCKET ...), not
 // the Go bindings, so that reconcile/podman stays the only package importing
@@ -17,11 +25,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,11 +52,16 @@ const Image = "localhost/meshhost-busybox:latest"
 // digest.
 const Label = "io.meshhost.test"
 
+// EnvTestLog names the environment variable that makes Socket record the
+// tests that talk to podman (see the package doc).
+const EnvTestLog = "MESHHOST_PODMAN_TESTLOG"
+
 // Socket returns the podman service socket URI the tests use. Without
 // MESHHOST_PODMAN_SOCKET it skips the test, or fails it when CI=true.
 func Socket(t testing.TB) string {
 	t.Helper()
 	if s := os.Getenv(EnvSocket); s != "" {
+		record(t)
 		return s
 	}
 	msg := EnvSocket + ` is not set, so the tests against real podman cannot run; ` +
@@ -55,6 +71,95 @@ func Socket(t testing.TB) string {
 	}
 	t.Skip(msg)
 	return ""
+}
+
+// record appends the test's package and top-level name to the file named
+// by MESHHOST_PODMAN_TESTLOG, when set: one write of one line, which
+// O_APPEND keeps whole when tests of a package run in parallel.
+func record(t testing.TB) {
+	path := os.Getenv(EnvTestLog)
+	if path == "" {
+		return
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		t.Fatalf("podmantest: %s is set, but the test binary has no build info to name its package", EnvTestLog)
+	}
+	pkg := strings.TrimSuffix(bi.Path, ".test") // a test binary's path is the package's, plus ".test"
+	top, _, _ := strings.Cut(t.Name(), "/")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err == nil {
+		_, err = f.WriteString(pkg + "\t" + top + "\n")
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Fatalf("podmantest: recording the test in %s: %v", path, err)
+	}
+}
+
+// PodmanVersion is a podman version, e.g. 5.4.2.
+type PodmanVersion struct {
+	Major, Minor, Patch int
+}
+
+func (v PodmanVersion) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// AtLeast reports whether v is major.minor or later.
+func (v PodmanVersion) AtLeast(major, minor int) bool {
+	return v.Major > major || v.Major == major && v.Minor >= minor
+}
+
+var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)`)
+
+// ParseVersion parses "5.4.2" (a suffix after the patch number, such as
+// "-dev", is ignored).
+func ParseVersion(s string) (PodmanVersion, error) {
+	m := versionRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return PodmanVersion{}, fmt.Errorf("podman version %q is not MAJOR.MINOR.PATCH", s)
+	}
+	var v PodmanVersion
+	v.Major, _ = strconv.Atoi(m[1])
+	v.Minor, _ = strconv.Atoi(m[2])
+	v.Patch, _ = strconv.Atoi(m[3])
+	return v, nil
+}
+
+// versions caches each service's version, by socket.
+var versions sync.Map // socket -> PodmanVersion
+
+// Version returns the version of the podman service the tests talk to
+// (skipping or failing t as Socket does without one). It fails t when the
+// podman CLI on PATH is older than the service: the 4.3 client breaks on
+// `podman events` against a 5.x service (`eval "$(scripts/podman-up
+// --podman 5)"` puts a 5.x client first on PATH).
+func Version(t testing.TB) PodmanVersion {
+	t.Helper()
+	socket := Socket(t)
+	if v, ok := versions.Load(socket); ok {
+		return v.(PodmanVersion)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "podman", "--url", socket, "version", "--format", "{{.Client.Version}} {{.Server.Version}}").Output()
+	if err != nil {
+		t.Fatalf("podmantest: asking the podman service at %s its version: %v", socket, err)
+	}
+	client, server, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	v, err := ParseVersion(server)
+	if err != nil {
+		t.Fatalf("podmantest: %v", err)
+	}
+	c, err := ParseVersion(client)
+	if err != nil {
+		t.Fatalf("podmantest: the podman CLI: %v", err)
+	}
+	if c.Major < v.Major {
+		t.Fatalf("podmantest: the podman CLI on PATH is %s, older than the service at %s (%s), and breaks on some commands (events); "+
+			`put a %d.x client first on PATH (eval "$(scripts/podman-up --podman %d)" does)`, c, socket, v, v.Major, v.Major)
+	}
+	versions.Store(socket, v)
+	return v
 }
 
 // Harness is one test's view of podman: a unique prefix for the names it
@@ -69,9 +174,10 @@ type Harness struct {
 // made is what a test made that only cleanup knows: shared by a Harness and
 // its Sub copies.
 type made struct {
-	// mu guards images.
-	mu     sync.Mutex
-	images []string
+	// mu guards the fields below.
+	mu       sync.Mutex
+	images   []string
+	networks int // networks made, for their interface names
 }
 
 // New returns a Harness for t (skipping t when there is no podman service, see
@@ -87,6 +193,7 @@ func New(t testing.TB) *Harness {
 	if _, err := h.Podman("ps", "-q", "--last", "1"); err != nil {
 		t.Fatalf("the podman service at %s (%s) does not answer: %v", h.socket, EnvSocket, err)
 	}
+	Version(t) // and the CLI fits it
 	sweepOnce.Do(func() { h.sweep() })
 	t.Cleanup(h.cleanup)
 	return h
@@ -224,12 +331,33 @@ func (h *Harness) Exec(container string, argv ...string) string {
 // `podman network create` (e.g. "--ipv6", "--subnet", "10.99.1.0/24",
 // "--disable-dns"), and returns its name. Without --subnet podman picks free
 // subnets, so tests running at once never collide. Cleanup removes it.
+//
+// On podman 5 the network's bridge gets a name of its own (InterfaceName):
+// both the host's podman 4.3 and a podman 5 beside it name new bridges
+// podman<N>, and two networks on one bridge would mix their traffic.
+// Podman 4.3 cannot name a bridge, and is alone in naming them podman<N>.
 func (h *Harness) Network(name string, options ...string) string {
 	h.t.Helper()
 	name = h.Name(name)
 	args := append([]string{"network", "create", "--label", Label + "=" + h.prefix}, options...)
+	if Version(h.t).Major >= 5 && !slices.Contains(options, "--interface-name") {
+		h.mu.Lock()
+		h.networks++
+		n := h.networks
+		h.mu.Unlock()
+		args = append(args, "--interface-name", InterfaceName(h.prefix, n))
+	}
 	h.MustPodman(append(args, name)...)
 	return name
+}
+
+// InterfaceName returns the n-th bridge name for networks of a test with
+// prefix: "mh", the prefix's random part and n, short enough for Linux's
+// 15 characters.
+func InterfaceName(prefix string, n int) string {
+	rnd := strings.TrimSuffix(prefix, "-")
+	rnd = rnd[strings.LastIndex(rnd, "-")+1:]
+	return fmt.Sprintf("mh%s%d", rnd, n)
 }
 
 // Import makes an image named ref from a tar of a root file system and

@@ -1,0 +1,387 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"codeberg.org/miekg/dns"
+
+	"github.com/meshhost/meshhost/internal/testkit/continuity"
+	"github.com/meshhost/meshhost/internal/testkit/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/fakesystemd"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
+	"github.com/meshhost/meshhost/resolver/control"
+	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
+)
+
+var (
+	buildMu sync.Mutex
+	builds  = map[string]string{}
+)
+
+// buildResolver builds this binary stamped with version, once per test
+// process.
+func buildResolver(t *testing.T, version string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if bin, ok := builds[version]; ok {
+		return bin
+	}
+	dir, err := os.MkdirTemp("", "meshhost-resolver-build")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "meshhost-resolver")
+	cmd := exec.Command("go", "build", "-o", bin, "-ldflags", "-X github.com/meshhost/meshhost/internal/resolvercmd.Version="+version, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	builds[version] = bin
+	return bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, bin := range builds {
+		os.RemoveAll(filepath.Dir(bin))
+	}
+	os.Exit(code)
+}
+
+// proc is one resolver process.
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *syncbuf.Buffer
+	exited chan error
+}
+
+func startProc(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, stderr: new(syncbuf.Buffer), exited: make(chan error, 1)}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("resolver pid %d log:\n%s", cmd.Process.Pid, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// waitServing waits for the "serving on" line.
+func (p *proc) waitServing(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.stderr.String(), ": serving on") {
+		select {
+		case err := <-p.exited:
+			t.Fatalf("resolver exited (%v) before serving:\n%s", err, p.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("resolver not serving within 30 s:\n%s", p.stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (p *proc) waitExit(t *testing.T, within time.Duration) {
+	t.Helper()
+	select {
+	case <-p.exited:
+		p.exited <- nil // for the cleanup
+	case <-time.After(within):
+		t.Fatalf("resolver pid %d still running after %v:\n%s", p.cmd.Process.Pid, within, p.stderr.String())
+	}
+}
+
+func meshRoster(gen uint64) *spec.Roster {
+	return &spec.Roster{
+		Generation: gen,
+		Zones:      []string{"internal"},
+		Names:      map[string][]netip.Addr{"gitea.novox.internal": {netip.MustParseAddr("10.89.0.7")}},
+	}
+}
+
+// fleet is probers asking each address, two each, ten times a second with
+// a one-second timeout: a container's stub resolver's view.
+type fleet []*continuity.Prober
+
+func startFleet(addrs ...netip.AddrPort) fleet {
+	var f fleet
+	for _, a := range addrs {
+		for i := range 2 {
+			f = append(f, continuity.Start(fmt.Sprintf("%s#%d", a, i), 100*time.Millisecond, time.Second,
+				continuity.UDP(a, "gitea.novox.internal", netip.MustParseAddr("10.89.0.7"))))
+		}
+	}
+	return f
+}
+
+func (f fleet) stop() {
+	for _, p := range f {
+		p.Stop()
+	}
+}
+
+func (f fleet) window(event string, from, to time.Time) continuity.Row {
+	var sts []continuity.Stats
+	for _, p := range f {
+		sts = append(sts, p.Window(from, to))
+	}
+	return continuity.Row{Event: event, Stats: continuity.Sum(event, sts...)}
+}
+
+// TestContinuity replaces, kills and restarts the resolver service under
+// steady lookups, as systemd and an operator would, and asserts that not
+// one lookup fails: a handover to a new build (the predecessor still
+// running), a SIGKILL and a restart (SIGTERM) with the sockets kept in
+// systemd's file descriptor store, and a reboot (nothing kept but the
+// state directory). MESHHOST_CONTINUITY_TABLE names a file that receives
+// the table of results (scripts/bench-continuity prints it).
+func TestContinuity(t *testing.T) {
+	v1, v2 := buildResolver(t, "v1"), buildResolver(t, "v2")
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "resolv.conf"), nil, 0o644)
+	static, exposed := dnstest.FreePort(t), dnstest.FreePort(t)
+	args := []string{
+		"--state-dir", filepath.Join(dir, "state"), "--control", filepath.Join(dir, "control.sock"),
+		"--handover", filepath.Join(dir, "handover.sock"), "--listen", static.String(),
+		"--resolv-conf", filepath.Join(dir, "resolv.conf"),
+	}
+	sd := fakesystemd.New(t)
+	env := []string{"WATCHDOG_USEC=2000000"}
+	p := startProc(t, sd.Command(v1, env, args...))
+	_, ready := sd.Wait(0, "READY=1", 30*time.Second)
+	c := control.NewClient(control.ClientConfig{Path: filepath.Join(dir, "control.sock")})
+	if err := c.Update(meshRoster(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Listen(exposed); err != nil {
+		t.Fatal(err)
+	}
+	wantStored := []string{"control", "dns-tcp-" + strings.ReplaceAll(exposed.String(), ":", "_"), "dns-tcp-" + strings.ReplaceAll(static.String(), ":", "_"),
+		"dns-udp-" + strings.ReplaceAll(exposed.String(), ":", "_"), "dns-udp-" + strings.ReplaceAll(static.String(), ":", "_"), "handover"}
+	waitStored(t, sd, wantStored)
+	_ = ready
+
+	f := startFleet(static, exposed)
+	defer f.stop()
+	var rows []continuity.Row
+	settle := 1500 * time.Millisecond // lookups after the event, and a timeout's margin
+	// event runs do and asserts that no lookup failed from a second
+	// before it (or from what do returns, when not zero) to settle after.
+	event := func(name string, do func() time.Time) {
+		t.Helper()
+		time.Sleep(settle)
+		from := time.Now().Add(-time.Second)
+		if start := do(); !start.IsZero() {
+			from = start
+		}
+		time.Sleep(settle)
+		to := time.Now()
+		time.Sleep(1100 * time.Millisecond) // every lookup sent has ended
+		row := f.window(name, from, to)
+		rows = append(rows, row)
+		if row.Failed > 0 || row.Lookups < 20 {
+			t.Errorf("%s: %d of %d lookups failed (want 0 of at least 20): %v", name, row.Failed, row.Lookups, row.Errors)
+		}
+	}
+
+	event("resolver upgrade (handover, new build)", func() time.Time {
+		next := startProc(t, exec.Command(v2, args...)) // beside the old one, as an operator would
+		next.waitServing(t)
+		p.waitExit(t, 30*time.Second)
+		p = next
+		return time.Time{}
+	})
+	checkStatus(t, c, "v2", []netip.AddrPort{static, exposed})
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.waitExit(t, 30*time.Second)
+	// A reboot: nothing is kept but the state directory. Units start in
+	// order, so containers (the probers) ask from READY=1 on; lookups
+	// before it fail, and are not counted.
+	sd.Clear()
+	var first error
+	event("reboot (state directory only), from READY=1", func() time.Time {
+		n := len(sd.Messages())
+		p = startProc(t, sd.Command(v1, env, args...))
+		_, ready := sd.Wait(n, "READY=1", 30*time.Second)
+		for _, a := range []netip.AddrPort{static, exposed} {
+			if err := continuity.UDP(a, "gitea.novox.internal", netip.MustParseAddr("10.89.0.7"))(t.Context()); err != nil && first == nil {
+				first = fmt.Errorf("first lookup at %s after READY: %w", a, err)
+			}
+		}
+		return ready.At
+	})
+	if first != nil {
+		t.Error(first)
+	}
+	waitStored(t, sd, wantStored)
+
+	event("resolver SIGKILL, restarted (fd store)", func() time.Time {
+		n := len(sd.Messages())
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		p.waitExit(t, 10*time.Second)
+		p = startProc(t, sd.Command(v1, env, args...))
+		sd.Wait(n, "READY=1", 30*time.Second)
+		return time.Time{}
+	})
+	event("resolver restart to a new build (SIGTERM, fd store)", func() time.Time {
+		n := len(sd.Messages())
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		sd.Wait(n, "STOPPING=1", 10*time.Second)
+		p.waitExit(t, 30*time.Second)
+		p = startProc(t, sd.Command(v2, env, args...))
+		sd.Wait(n, "READY=1", 30*time.Second)
+		return time.Time{}
+	})
+	checkStatus(t, c, "v2", []netip.AddrPort{static, exposed})
+
+	// An address no longer exposed leaves systemd's store too.
+	if err := c.Unlisten(exposed); err != nil {
+		t.Fatal(err)
+	}
+	waitStored(t, sd, []string{"control", wantStored[2], wantStored[4], "handover"})
+
+	table := continuity.Table(rows)
+	t.Logf("\n%s", table)
+	if path := os.Getenv("MESHHOST_CONTINUITY_TABLE"); path != "" {
+		if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func waitStored(t *testing.T, sd *fakesystemd.Manager, want []string) {
+	t.Helper()
+	want = slices.Sorted(slices.Values(want))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := sd.Stored()
+		if strings.Join(got, " ") == strings.Join(want, " ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("systemd's store holds %v, want %v", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func checkStatus(t *testing.T, c *control.Client, version string, listeners []netip.AddrPort) {
+	t.Helper()
+	st, err := c.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(listeners, netip.AddrPort.Compare)
+	if st.Version != version || st.Generation != 1 || fmt.Sprint(st.Listeners) != fmt.Sprint(listeners) {
+		t.Errorf("status = version %s, generation %d, listeners %v; want %s, 1, %v", st.Version, st.Generation, st.Listeners, version, listeners)
+	}
+}
+
+// bigRoster writes a roster of n names, generation gen, in the roster file
+// format.
+func bigRoster(n int, gen uint64) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"generation": %d, "zones": ["internal"], "names": {`, gen)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",\n")
+		}
+		fmt.Fprintf(&b, `"n%d.mesh.internal": ["10.%d.%d.%d"]`, i, 100+i>>16&0xff, i>>8&0xff, i&0xff)
+	}
+	b.WriteString("}}\n")
+	return []byte(b.String())
+}
+
+// TestNotify: READY=1 comes only once the resolver answers (here, with a
+// large saved roster to load first: the first lookup at READY gets its
+// name), WATCHDOG=1 keeps coming while a large roster is swapped in over
+// the control socket on one CPU, and STOPPING=1 comes on SIGTERM.
+func TestNotify(t *testing.T) {
+	bin := buildResolver(t, "v1")
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "resolv.conf"), nil, 0o644)
+	os.MkdirAll(filepath.Join(dir, "state"), 0o700)
+	const saved = 200_000
+	if err := os.WriteFile(filepath.Join(dir, "state", "roster.json"), bigRoster(saved, 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := dnstest.FreePort(t)
+	sd := fakesystemd.New(t)
+	const watchdog = time.Second
+	started := time.Now()
+	p := startProc(t, sd.Command(bin, []string{"GOMAXPROCS=1", fmt.Sprintf("WATCHDOG_USEC=%d", watchdog.Microseconds())},
+		"--state-dir", filepath.Join(dir, "state"), "--control", filepath.Join(dir, "control.sock"),
+		"--listen", addr.String(), "--resolv-conf", filepath.Join(dir, "resolv.conf")))
+	_, ready := sd.Wait(0, "READY=1", 60*time.Second)
+	r, err := dnstest.Exchange(dns.NewMsg(fmt.Sprintf("n%d.mesh.internal.", saved-1), dns.TypeA), "udp", addr.String(), time.Second)
+	if err != nil {
+		t.Fatalf("lookup right after READY=1: %v", err)
+	}
+	last := saved - 1
+	if err := continuity.CheckA(r, netip.AddrFrom4([4]byte{10, byte(100 + last>>16&0xff), byte(last >> 8 & 0xff), byte(last & 0xff)})); err != nil {
+		t.Errorf("lookup right after READY=1: %v", err)
+	}
+	t.Logf("READY=1 %v after the process started, with %d saved names to load", ready.At.Sub(started), saved)
+
+	// A swap long enough to span several watchdog intervals.
+	c := control.NewClient(control.ClientConfig{Path: filepath.Join(dir, "control.sock"), Timeout: 30 * time.Second})
+	var took time.Duration
+	var from, to time.Time
+	for n, gen := 400_000, uint64(2); ; n, gen = n*2, gen+1 {
+		doc := bigRoster(n, gen)
+		ro, err := specjson.ParseRoster(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from = time.Now()
+		if err := c.Update(ro); err != nil {
+			t.Fatalf("Update(%d names) = %v", n, err)
+		}
+		to = time.Now()
+		took = to.Sub(from)
+		if took >= 2*watchdog || n >= 1_600_000 {
+			t.Logf("swap of %d names over the control socket took %v", n, took)
+			break
+		}
+	}
+	var pings []time.Time
+	for _, m := range sd.Messages() {
+		if m.Has("WATCHDOG=1") && !m.At.Before(from.Add(-watchdog)) && !m.At.After(to.Add(watchdog)) {
+			pings = append(pings, m.At)
+		}
+	}
+	var longest time.Duration
+	for i := 1; i < len(pings); i++ {
+		longest = max(longest, pings[i].Sub(pings[i-1]))
+	}
+	if want := int(took / watchdog); len(pings) < want || longest >= watchdog {
+		t.Errorf("during a %v swap: %d WATCHDOG=1 (want at least %d), longest gap %v (want under the %v watchdog)", took, len(pings), want, longest, watchdog)
+	}
+	t.Logf("during a %v swap: %d WATCHDOG=1, longest gap %v", took, len(pings), longest)
+
+	n := len(sd.Messages())
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	sd.Wait(n, "STOPPING=1", 10*time.Second)
+	p.waitExit(t, 30*time.Second)
+}

@@ -1,0 +1,77 @@
+package natssource
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	connected    prometheus.Gauge
+	rosterGen    prometheus.Gauge
+	rosterRev    prometheus.Gauge
+	declaration  prometheus.Gauge
+	commits      *prometheus.CounterVec
+	declarations *prometheus.CounterVec
+	resumes      prometheus.Counter
+	resyncs      prometheus.Counter
+	// health returns how long the watch has not been live.
+	health func() time.Duration
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_natssource_live", Help: "1 while the watch of the roster source is live (connected and reading).",
+		}),
+		rosterGen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_natssource_roster_generation", Help: "Roster generation in force from the NATS source.",
+		}),
+		rosterRev: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_natssource_roster_revision", Help: "Bucket revision the roster in force was committed through.",
+		}),
+		declaration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_natssource_declaration_generation", Help: "Generation of the machine's declaration read from the NATS source.",
+		}),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshhost_natssource_commits_total", Help: "Roster commit records, by result: applied, or refused as stale, invalid or inconsistent.",
+		}, []string{"result"}),
+		declarations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshhost_natssource_declarations_total", Help: "Machine declarations read, by result: applied, stale or invalid.",
+		}, []string{"result"}),
+		resumes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_natssource_resumes_total", Help: "Roster watches resumed after the last revision read (after a disconnect or a stall).",
+		}),
+		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_natssource_resyncs_total", Help: "Times the roster bucket was read whole again (recreated, rewound, or a commit that did not add up).",
+		}),
+	}
+	for _, r := range []string{"applied", reasonStale, reasonInvalid, reasonInconsistent} {
+		m.commits.WithLabelValues(r)
+	}
+	for _, r := range []string{"applied", reasonStale, reasonInvalid} {
+		m.declarations.WithLabelValues(r)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	unreachable := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "meshhost_natssource_unreachable_seconds", Help: "Seconds since the watch of the roster source was last live; 0 while it is.",
+	}, func() float64 {
+		if m.health == nil {
+			return 0
+		}
+		return m.health().Seconds()
+	})
+	for _, c := range []prometheus.Collector{m.connected, m.rosterGen, m.rosterRev, m.declaration, m.commits, m.declarations, m.resumes, m.resyncs, unreachable} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) rosterApplied(gen, rev uint64) {
+	m.rosterGen.Set(float64(gen))
+	m.rosterRev.Set(float64(rev))
+}

@@ -1,0 +1,277 @@
+package resolver
+
+import (
+	"net/netip"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"codeberg.org/miekg/dns"
+	"codeberg.org/miekg/dns/rdata"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// cacheReply builds an upstream reply to name/qtype: rcode, answer records
+// and authority records, with an OPT record when edns.
+func cacheReply(t testing.TB, name string, rcode uint16, answer, ns []dns.RR, edns bool) []byte {
+	t.Helper()
+	m := dns.NewMsg(name, dns.TypeA)
+	m.ID, m.Response, m.RecursionAvailable = 0x4242, true, true
+	m.Rcode = rcode
+	m.Answer, m.Ns = answer, ns
+	if edns {
+		m.UDPSize = 4096
+	}
+	if err := m.Pack(); err != nil {
+		t.Fatal(err)
+	}
+	return m.Data
+}
+
+func aRR(name string, ttl uint32, addr string) dns.RR {
+	return &dns.A{Hdr: dns.Header{Name: name, Class: dns.ClassINET, TTL: ttl}, A: rdata.A{Addr: netip.MustParseAddr(addr)}}
+}
+
+func soaRR(zone string, ttl, minimum uint32) dns.RR {
+	return &dns.SOA{Hdr: dns.Header{Name: zone, Class: dns.ClassINET, TTL: ttl},
+		SOA: rdata.SOA{Ns: "ns." + zone, Mbox: "hostmaster." + zone, Serial: 1, Refresh: 3600, Retry: 600, Expire: 86400, Minttl: minimum}}
+}
+
+// testCache is a cache with its own metrics, and a client's query to it.
+func testCache(t testing.TB, size int, maxTTL, maxNeg time.Duration) *cache {
+	c := newCache(size, maxTTL, maxNeg)
+	m, err := newMetrics(nil, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.metrics = m
+	return c
+}
+
+func notMesh([]byte) bool { return false }
+
+// cacheAsk asks c for name (A, with or without EDNS) as a client would,
+// and returns the reply unpacked, or nil on a miss.
+func cacheAsk(t *testing.T, c *cache, name string, edns bool) *dns.Msg {
+	t.Helper()
+	req := packQuery(t, name, dns.TypeA, edns)
+	var sc scratch
+	if !parseQuery(req, &sc) {
+		t.Fatalf("query for %s does not parse", name)
+	}
+	resp, ok := c.answer(cacheKey(req, &sc), req, &sc.q, make([]byte, respBufSize), 65535, time.Now())
+	if !ok {
+		return nil
+	}
+	return unpack(t, append([]byte(nil), resp...))
+}
+
+// cacheStore stores reply as the answer to name's A question.
+func cacheStore(t *testing.T, c *cache, name string, reply []byte) {
+	t.Helper()
+	req := packQuery(t, name, dns.TypeA, false)
+	var sc scratch
+	parseQuery(req, &sc)
+	c.store(cacheKey(req, &sc), reply, time.Now(), notMesh)
+}
+
+func ttls(m *dns.Msg) []uint32 {
+	var out []uint32
+	for _, s := range [][]dns.RR{m.Answer, m.Ns} {
+		for _, rr := range s {
+			out = append(out, rr.Header().TTL)
+		}
+	}
+	return out
+}
+
+// TestCacheTTL: answers are served with their TTLs lowered by their age,
+// capped by the maximum, and expire with their smallest TTL.
+func TestCacheTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := testCache(t, 100, time.Hour, 5*time.Minute)
+		cacheStore(t, c, "a.example.com.", cacheReply(t, "a.example.com.", dns.RcodeSuccess,
+			[]dns.RR{aRR("a.example.com.", 60, "192.0.2.1"), aRR("a.example.com.", 30, "192.0.2.2")}, nil, false))
+		cacheStore(t, c, "long.example.com.", cacheReply(t, "long.example.com.", dns.RcodeSuccess,
+			[]dns.RR{aRR("long.example.com.", 86400, "192.0.2.3")}, nil, false))
+		time.Sleep(10 * time.Second)
+		m := cacheAsk(t, c, "A.example.COM.", false)
+		if m == nil {
+			t.Fatal("a.example.com: miss after 10 s of a 30 s TTL")
+		}
+		if got := ttls(m); len(got) != 2 || got[0] != 50 || got[1] != 20 {
+			t.Errorf("TTLs after 10 s: %v, want [50 20]", got)
+		}
+		if m.Question[0].Header().Name != "A.example.COM." || m.ID != 0x1234 || len(m.Answer) != 2 {
+			t.Errorf("reply: question %q, ID %#x, %d answers", m.Question[0].Header().Name, m.ID, len(m.Answer))
+		}
+		if got := ttls(cacheAsk(t, c, "long.example.com.", false)); got[0] != 3600-10 {
+			t.Errorf("TTL 86400 capped to an hour, after 10 s: %v, want [3590]", got)
+		}
+		time.Sleep(20*time.Second - time.Millisecond)
+		if m := cacheAsk(t, c, "a.example.com.", false); m == nil || ttls(m)[1] != 1 {
+			t.Errorf("just before the smallest TTL ran out: %v, want TTLs ending in 1", m)
+		}
+		time.Sleep(time.Millisecond)
+		if m := cacheAsk(t, c, "a.example.com.", false); m != nil {
+			t.Errorf("after the smallest TTL: still served, %v", m.Answer)
+		}
+	})
+}
+
+// TestCacheNegative: NXDOMAIN and NODATA are kept for the SOA's TTL or its
+// MINIMUM, whichever is smaller (RFC 2308), capped; never without an SOA.
+// SERVFAIL is kept for a second; REFUSED and truncated replies not at all.
+func TestCacheNegative(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := testCache(t, 100, time.Hour, 2*time.Minute)
+		zone := "example.com."
+		for _, tc := range []struct {
+			name  string
+			reply []byte
+		}{
+			{"nx.example.com.", cacheReply(t, "nx.example.com.", dns.RcodeNameError, nil, []dns.RR{soaRR(zone, 300, 60)}, false)},
+			{"nx-ttl.example.com.", cacheReply(t, "nx-ttl.example.com.", dns.RcodeNameError, nil, []dns.RR{soaRR(zone, 20, 600)}, false)},
+			{"nx-cap.example.com.", cacheReply(t, "nx-cap.example.com.", dns.RcodeNameError, nil, []dns.RR{soaRR(zone, 3600, 3600)}, false)},
+			{"nodata.example.com.", cacheReply(t, "nodata.example.com.", dns.RcodeSuccess, nil, []dns.RR{soaRR(zone, 300, 45)}, false)},
+			{"nx-nosoa.example.com.", cacheReply(t, "nx-nosoa.example.com.", dns.RcodeNameError, nil, nil, false)},
+			{"nodata-nosoa.example.com.", cacheReply(t, "nodata-nosoa.example.com.", dns.RcodeSuccess, nil, nil, false)},
+			{"servfail.example.com.", cacheReply(t, "servfail.example.com.", dns.RcodeServerFailure, nil, nil, true)},
+			{"refused.example.com.", cacheReply(t, "refused.example.com.", dns.RcodeRefused, nil, nil, false)},
+			{"ttl0.example.com.", cacheReply(t, "ttl0.example.com.", dns.RcodeSuccess, []dns.RR{aRR("ttl0.example.com.", 0, "192.0.2.1")}, nil, false)},
+		} {
+			cacheStore(t, c, tc.name, tc.reply)
+		}
+		trunc := cacheReply(t, "tc.example.com.", dns.RcodeSuccess, []dns.RR{aRR("tc.example.com.", 60, "192.0.2.1")}, nil, false)
+		trunc[2] |= 0x02
+		cacheStore(t, c, "tc.example.com.", trunc)
+		if m := cacheAsk(t, c, "tc.example.com.", false); m != nil {
+			t.Errorf("a truncated reply was cached")
+		}
+		if m := cacheAsk(t, c, "nx.example.com.", false); m == nil || m.Rcode != dns.RcodeNameError || len(m.Ns) != 1 || m.Ns[0].Header().TTL != 60 {
+			t.Errorf("NXDOMAIN with SOA TTL 300, MINIMUM 60: %v, want NXDOMAIN with the SOA at TTL 60", m)
+		}
+		for _, name := range []string{"nx-nosoa.example.com.", "nodata-nosoa.example.com.", "refused.example.com.", "ttl0.example.com."} {
+			if m := cacheAsk(t, c, name, false); m != nil {
+				t.Errorf("%s: cached (rcode %d), want not", name, m.Rcode)
+			}
+		}
+		// Expiry, in order of keep.
+		steps := []struct {
+			at    time.Duration
+			alive []string
+			gone  []string
+		}{
+			{time.Second - time.Millisecond, []string{"servfail.example.com."}, nil},
+			{time.Second, nil, []string{"servfail.example.com."}},
+			{20*time.Second - time.Millisecond, []string{"nx-ttl.example.com."}, nil},
+			{20 * time.Second, nil, []string{"nx-ttl.example.com."}},
+			{45 * time.Second, []string{"nx.example.com."}, []string{"nodata.example.com."}},
+			{60 * time.Second, []string{"nx-cap.example.com."}, []string{"nx.example.com."}},
+			{2 * time.Minute, nil, []string{"nx-cap.example.com."}},
+		}
+		start := time.Now()
+		for _, st := range steps {
+			time.Sleep(start.Add(st.at).Sub(time.Now()))
+			for _, n := range st.alive {
+				if cacheAsk(t, c, n, false) == nil {
+					t.Errorf("%s gone after %v", n, st.at)
+				}
+			}
+			for _, n := range st.gone {
+				if m := cacheAsk(t, c, n, false); m != nil {
+					t.Errorf("%s still served after %v", n, st.at)
+				}
+			}
+		}
+	})
+}
+
+// TestCacheEDNS: the upstream's OPT (its options, e.g. a cookie) is never
+// passed on from the cache: a client with EDNS gets the server's OPT with
+// its DO bit, one without gets none. DO is part of the key.
+func TestCacheEDNS(t *testing.T) {
+	c := testCache(t, 100, time.Hour, time.Minute)
+	up := &dns.Msg{Data: cacheReply(t, "e.example.com.", dns.RcodeSuccess, []dns.RR{aRR("e.example.com.", 60, "192.0.2.1")}, nil, true)}
+	up.Unpack()
+	up.Pseudo = []dns.RR{&dns.COOKIE{Cookie: "0102030405060708"}}
+	up.Data = nil
+	if err := up.Pack(); err != nil {
+		t.Fatal(err)
+	}
+	cacheStore(t, c, "e.example.com.", up.Data)
+	m := cacheAsk(t, c, "e.example.com.", true)
+	if m == nil {
+		t.Fatal("miss")
+	}
+	if m.UDPSize != ednsSize || len(m.Pseudo) != 0 {
+		t.Errorf("EDNS client: UDP size %d, options %v; want %d and none", m.UDPSize, m.Pseudo, ednsSize)
+	}
+	if m := cacheAsk(t, c, "e.example.com.", false); m == nil || m.UDPSize != 0 {
+		t.Errorf("client without EDNS: %v, want the answer without OPT", m)
+	}
+	req := packQuery(t, "e.example.com.", dns.TypeA, true)
+	var sc scratch
+	parseQuery(req, &sc)
+	k := string(cacheKey(req, &sc))
+	req[len(req)-4] |= 0x80 // DO
+	parseQuery(req, &sc)
+	if k == string(cacheKey(req, &sc)) {
+		t.Errorf("DO=1 and DO=0 share a cache key")
+	}
+}
+
+// TestCacheBounded: the cache holds at most its size, counts evictions and
+// flushes, and keeps no reply larger than one entry may be.
+func TestCacheBounded(t *testing.T) {
+	c := testCache(t, 2, time.Hour, time.Minute)
+	for _, n := range []string{"1.example.com.", "2.example.com.", "3.example.com."} {
+		cacheStore(t, c, n, cacheReply(t, n, dns.RcodeSuccess, []dns.RR{aRR(n, 60, "192.0.2.1")}, nil, false))
+	}
+	if c.len() != 2 || cacheAsk(t, c, "1.example.com.", false) != nil || cacheAsk(t, c, "3.example.com.", false) == nil {
+		t.Errorf("size 2 after 3 stores: %d entries; want the 2 newest", c.len())
+	}
+	if got := testutil.ToFloat64(c.metrics.cacheEvictions); got != 1 {
+		t.Errorf("evictions = %v, want 1", got)
+	}
+	var big []dns.RR
+	for i := range 100 {
+		big = append(big, aRR("big.example.com.", 60, netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}).String()))
+	}
+	cacheStore(t, c, "big.example.com.", cacheReply(t, "big.example.com.", dns.RcodeSuccess, big, nil, false))
+	if cacheAsk(t, c, "big.example.com.", false) != nil {
+		t.Errorf("a reply over %d bytes was cached", maxCachedReply)
+	}
+	c.flush()
+	if c.len() != 0 || testutil.ToFloat64(c.metrics.cacheFlushes) != 1 {
+		t.Errorf("after flush: %d entries, %v flushes", c.len(), testutil.ToFloat64(c.metrics.cacheFlushes))
+	}
+}
+
+// FuzzCacheEntry feeds the cache arbitrary upstream replies: it must never
+// panic, and whatever it keeps it serves back as a message that parses
+// whenever the reply itself parsed.
+func FuzzCacheEntry(f *testing.F) {
+	f.Add(cacheReply(f, "a.example.com.", dns.RcodeSuccess, []dns.RR{aRR("a.example.com.", 60, "192.0.2.1")}, nil, true))
+	f.Add(cacheReply(f, "a.example.com.", dns.RcodeNameError, nil, []dns.RR{soaRR("example.com.", 300, 60)}, false))
+	f.Add(cacheReply(f, "a.example.com.", dns.RcodeServerFailure, nil, nil, false))
+	f.Add([]byte{0, 0, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0, 1, 'a', 0, 0, 1, 0, 1, 0xC0, 0x0C})
+	req := packQuery(f, "a.example.com.", dns.TypeA, true)
+	var sc scratch
+	if !parseQuery(req, &sc) {
+		f.Fatal("query does not parse")
+	}
+	key := append([]byte(nil), cacheKey(req, &sc)...)
+	f.Fuzz(func(t *testing.T, resp []byte) {
+		c := testCache(t, 10, time.Hour, time.Minute)
+		parsed := (&dns.Msg{Data: append([]byte(nil), resp...)}).Unpack() == nil
+		c.store(key, append([]byte(nil), resp...), time.Now(), notMesh)
+		out, ok := c.answer(key, req, &sc.q, make([]byte, respBufSize), 65535, time.Now())
+		if !ok || !parsed {
+			return
+		}
+		if err := (&dns.Msg{Data: append([]byte(nil), out...)}).Unpack(); err != nil {
+			t.Fatalf("cached reply does not parse: %v\nupstream %x\nserved %x", err, resp, out)
+		}
+	})
+}

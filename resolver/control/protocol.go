@@ -1,0 +1,136 @@
+package control
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Exposure is how the resolver is reachable from the machine's container
+// networks, as the migration gate decides it.
+type Exposure struct {
+	// Listen are the addresses served over UDP and TCP, such as a bridge's
+	// gateway (bound before the bridge exists, with IP_FREEBIND) or the
+	// node-local address.
+	Listen []netip.AddrPort `json:"listen"`
+	// Allow are the client networks answered besides loopback.
+	Allow []netip.Prefix `json:"allow"`
+	// Forwards send a client network's questions under a zone (and its
+	// single-label ones) to that network's own DNS server.
+	Forwards []Forward `json:"forwards"`
+}
+
+// Forward is one local forward (resolver.Server.SetLocalForward).
+type Forward struct {
+	Client netip.Prefix   `json:"client"`
+	Zone   string         `json:"zone"`
+	Server netip.AddrPort `json:"server"`
+}
+
+type forwardKey struct {
+	client netip.Prefix
+	zone   string
+}
+
+func (f Forward) key() forwardKey { return forwardKey{f.Client, f.Zone} }
+
+// Normalize returns x with addresses unmapped, prefixes masked, zones
+// canonical, invalid entries dropped, and every list sorted and without
+// duplicates (a later forward for the same client and zone wins), so that
+// two exposures meaning the same compare equal.
+func (x Exposure) Normalize() Exposure {
+	var out Exposure
+	for _, a := range x.Listen {
+		if a.IsValid() {
+			out.Listen = append(out.Listen, netip.AddrPortFrom(a.Addr().Unmap(), a.Port()))
+		}
+	}
+	slices.SortFunc(out.Listen, netip.AddrPort.Compare)
+	out.Listen = slices.Compact(out.Listen)
+	for _, p := range x.Allow {
+		if p.IsValid() {
+			out.Allow = append(out.Allow, p.Masked())
+		}
+	}
+	slices.SortFunc(out.Allow, comparePrefix)
+	out.Allow = slices.Compact(out.Allow)
+	byKey := map[forwardKey]Forward{}
+	for _, f := range x.Forwards {
+		if !f.Client.IsValid() || !f.Server.IsValid() {
+			continue
+		}
+		f.Client = f.Client.Masked()
+		f.Zone = spec.CanonicalName(f.Zone)
+		byKey[f.key()] = f
+	}
+	for _, f := range byKey {
+		out.Forwards = append(out.Forwards, f)
+	}
+	slices.SortFunc(out.Forwards, func(a, b Forward) int {
+		return cmp.Or(comparePrefix(a.Client, b.Client), strings.Compare(a.Zone, b.Zone))
+	})
+	if out.Listen == nil {
+		out.Listen = []netip.AddrPort{}
+	}
+	if out.Allow == nil {
+		out.Allow = []netip.Prefix{}
+	}
+	if out.Forwards == nil {
+		out.Forwards = []Forward{}
+	}
+	return out
+}
+
+// Equal reports whether x and y mean the same exposure.
+func (x Exposure) Equal(y Exposure) bool {
+	x, y = x.Normalize(), y.Normalize()
+	return slices.Equal(x.Listen, y.Listen) && slices.Equal(x.Allow, y.Allow) && slices.Equal(x.Forwards, y.Forwards)
+}
+
+// union returns the exposure serving what x and y serve; y's forwards win
+// over x's for the same client network and zone.
+func union(x, y Exposure) Exposure {
+	return Exposure{
+		Listen:   append(slices.Clone(x.Listen), y.Listen...),
+		Allow:    append(slices.Clone(x.Allow), y.Allow...),
+		Forwards: append(slices.Clone(x.Forwards), y.Forwards...),
+	}.Normalize()
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+}
+
+// Status is GET /v1/status.
+type Status struct {
+	Version    string           `json:"version"`
+	PID        int              `json:"pid"`
+	Generation uint64           `json:"generation"` // of the roster served; 0: none yet
+	Listeners  []netip.AddrPort `json:"listeners"`  // every address served, the resolver's own included
+	Exposure   Exposure         `json:"exposure"`   // the exposure in force
+	// Failed says, by address, why an exposed address is not served; the
+	// resolver retries them.
+	Failed map[string]string `json:"failed,omitempty"`
+}
+
+// ExposureResult is the reply to PUT /v1/exposure.
+type ExposureResult struct {
+	Listeners []netip.AddrPort  `json:"listeners"`
+	Failed    map[string]string `json:"failed,omitempty"`
+}
+
+// RosterResult is the reply to PUT /v1/roster, and the body of its errors.
+type RosterResult struct {
+	// Generation is the generation served after the request.
+	Generation uint64 `json:"generation"`
+	Error      string `json:"error,omitempty"`
+}
+
+// Canary is GET /v1/canary.
+type Canary struct {
+	Name    string     `json:"name,omitempty"`
+	Address netip.Addr `json:"address"`
+}
