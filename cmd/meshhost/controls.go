@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"github.com/spf13/cobra"
 	"io"
 	"io/fs"
 	"net"
@@ -28,11 +30,12 @@ import (
 // pass, so they work whether or not the agent runs.
 
 func init() {
-	register(command{name: "status", summary: "the declaration in force, a blast-radius hold, a freeze, the migration flag", run: runStatus})
-	register(command{name: "approve", summary: "approve GEN: let a held declaration go ahead, paced by the replacement budget", run: runApprove})
-	register(command{name: "freeze", summary: "no container is created, replaced or removed until unfreeze; DNS keeps serving", run: runFreeze})
-	register(command{name: "unfreeze", summary: "let passes apply their plans again", run: runUnfreeze})
-	register(command{name: "rollback", summary: "rollback GEN: re-issue a journaled declaration as a new generation, through the same plan, hold and budget", run: runRollback})
+	register(command{name: "status", summary: "the declaration in force, a blast-radius hold, a freeze, the migration flag", define: defineStatus})
+	register(command{name: "approve", use: "GEN", args: cobra.ExactArgs(1), summary: "let held declaration generation GEN go ahead, paced by the replacement budget", define: defineApprove})
+	register(command{name: "freeze", summary: "no container is created, replaced or removed until unfreeze; DNS keeps serving", define: defineFreeze})
+	register(command{name: "unfreeze", summary: "let passes apply their plans again", define: defineUnfreeze})
+	register(command{name: "rollback", use: "GEN", args: cobra.ExactArgs(1), summary: "re-issue journaled declaration GEN as a new generation, through the same plan, hold and budget",
+		long: "The containers and mesh_names of GEN come back; the roster stays the one in force (names never go back).", define: defineRollback})
 }
 
 // existingState returns the state directory at path, refusing one that
@@ -73,232 +76,209 @@ type migrationJSON struct {
 	Paused bool   `json:"paused"`
 }
 
-func runStatus(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "status")
+func defineStatus(env *environment, fs *flag.FlagSet) runner {
 	state := fs.String("state", statedir.Default, "the agent's state directory")
 	output := fs.String("output", "text", "output format: text or json")
-	if err := fs.Parse(args); err != nil {
-		return 2, err
-	}
-	if *output != "text" && *output != "json" {
-		return 2, fmt.Errorf("--output %q: want text or json", *output)
-	}
-	dir, err := existingState(*state)
-	if err != nil {
-		return 1, err
-	}
-	var out statusJSON
-	decl, err := agent.LoadDeclaration(dir)
-	if err != nil {
-		return 1, err
-	}
-	if decl != nil {
-		out.Machine, out.Generation, out.MeshNames, out.Containers = decl.Machine, decl.Generation, string(decl.MeshNames), len(decl.Containers)
-		out.RosterGeneration = decl.Roster.Generation
-	}
-	st, err := agent.LoadStatus(dir)
-	if err != nil {
-		return 1, err
-	}
-	out.HoldAbove = agent.DefaultHoldAbove
-	if st != nil {
-		out.AgentStatus = true
-		out.HoldAbove, out.RosterGeneration = st.HoldAbove, st.RosterGeneration
-		if st.Generation == out.Generation {
-			out.Held = st.Held
+	return func(ctx context.Context, args []string) (int, error) {
+		if *output != "text" && *output != "json" {
+			return exitUsage, fmt.Errorf("--output %q: want text or json", *output)
 		}
-	}
-	out.Approved = agent.ApprovedDeclaration(dir)
-	if out.Frozen, err = agent.Frozen(dir); err != nil {
-		fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
-	}
-	if _, err := os.Stat(dir.Migrations()); err == nil {
-		gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: out.Machine})
+		dir, err := existingState(*state)
 		if err != nil {
 			return 1, err
 		}
-		ms := gate.State()
-		out.Migration = &migrationJSON{Flag: string(ms.Flag), Paused: ms.Paused}
-		if out.Migration.Flag == "" {
-			out.Migration.Flag = string(spec.FlagOff)
+		var out statusJSON
+		decl, err := agent.LoadDeclaration(dir)
+		if err != nil {
+			return 1, err
 		}
-	}
-	if *output == "json" {
-		return 0, json.NewEncoder(env.stdout).Encode(out)
-	}
-	w := env.stdout
-	if decl == nil {
-		fmt.Fprintf(w, "no declaration applied yet in %s\n", dir.Path())
-	} else {
-		fmt.Fprintf(w, "machine %s: declaration %d (%d containers, mesh_names %s), roster %d\n", out.Machine, out.Generation, out.Containers, out.MeshNames, out.RosterGeneration)
-	}
-	switch {
-	case out.Held.Held():
-		fmt.Fprintf(w, "HELD: %s\n", out.Held)
-		for _, r := range out.Held.Replacements {
-			fmt.Fprintf(w, "  replace %s: %s\n", r.Container, r.Reason)
+		if decl != nil {
+			out.Machine, out.Generation, out.MeshNames, out.Containers = decl.Machine, decl.Generation, string(decl.MeshNames), len(decl.Containers)
+			out.RosterGeneration = decl.Roster.Generation
 		}
-	case out.Held != nil:
-		fmt.Fprintf(w, "%s\n", out.Held)
-	case out.HoldAbove == 0:
-		fmt.Fprintln(w, "blast-radius hold: off (--hold-above 0)")
-	default:
-		fmt.Fprintf(w, "blast-radius hold: a declaration replacing more than %d containers waits for meshhost approve\n", out.HoldAbove)
-	}
-	if out.Frozen != nil {
-		fmt.Fprintf(w, "FROZEN since %s", out.Frozen.Since.UTC().Format(time.RFC3339))
-		if out.Frozen.Reason != "" {
-			fmt.Fprintf(w, " (%s)", out.Frozen.Reason)
+		st, err := agent.LoadStatus(dir)
+		if err != nil {
+			return 1, err
 		}
-		fmt.Fprintln(w, ": no container is created, replaced or removed until meshhost unfreeze; DNS keeps serving")
-	}
-	if m := out.Migration; m != nil {
-		paused := ""
-		if m.Paused {
-			paused = " (paused)"
+		out.HoldAbove = agent.DefaultHoldAbove
+		if st != nil {
+			out.AgentStatus = true
+			out.HoldAbove, out.RosterGeneration = st.HoldAbove, st.RosterGeneration
+			if st.Generation == out.Generation {
+				out.Held = st.Held
+			}
 		}
-		fmt.Fprintf(w, "migration flag: %s%s\n", m.Flag, paused)
+		out.Approved = agent.ApprovedDeclaration(dir)
+		if out.Frozen, err = agent.Frozen(dir); err != nil {
+			fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
+		}
+		if _, err := os.Stat(dir.Migrations()); err == nil {
+			gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: out.Machine})
+			if err != nil {
+				return 1, err
+			}
+			ms := gate.State()
+			out.Migration = &migrationJSON{Flag: string(ms.Flag), Paused: ms.Paused}
+			if out.Migration.Flag == "" {
+				out.Migration.Flag = string(spec.FlagOff)
+			}
+		}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(out)
+		}
+		w := env.stdout
+		if decl == nil {
+			fmt.Fprintf(w, "no declaration applied yet in %s\n", dir.Path())
+		} else {
+			fmt.Fprintf(w, "machine %s: declaration %d (%d containers, mesh_names %s), roster %d\n", out.Machine, out.Generation, out.Containers, out.MeshNames, out.RosterGeneration)
+		}
+		switch {
+		case out.Held.Held():
+			fmt.Fprintf(w, "HELD: %s\n", out.Held)
+			for _, r := range out.Held.Replacements {
+				fmt.Fprintf(w, "  replace %s: %s\n", r.Container, r.Reason)
+			}
+		case out.Held != nil:
+			fmt.Fprintf(w, "%s\n", out.Held)
+		case out.HoldAbove == 0:
+			fmt.Fprintln(w, "blast-radius hold: off (--hold-above 0)")
+		default:
+			fmt.Fprintf(w, "blast-radius hold: a declaration replacing more than %d containers waits for meshhost approve\n", out.HoldAbove)
+		}
+		if out.Frozen != nil {
+			fmt.Fprintf(w, "FROZEN since %s", out.Frozen.Since.UTC().Format(time.RFC3339))
+			if out.Frozen.Reason != "" {
+				fmt.Fprintf(w, " (%s)", out.Frozen.Reason)
+			}
+			fmt.Fprintln(w, ": no container is created, replaced or removed until meshhost unfreeze; DNS keeps serving")
+		}
+		if m := out.Migration; m != nil {
+			paused := ""
+			if m.Paused {
+				paused = " (paused)"
+			}
+			fmt.Fprintf(w, "migration flag: %s%s\n", m.Flag, paused)
+		}
+		if !out.AgentStatus {
+			fmt.Fprintln(w, "(the agent has written no status here yet)")
+		}
+		return 0, nil
 	}
-	if !out.AgentStatus {
-		fmt.Fprintln(w, "(the agent has written no status here yet)")
-	}
-	return 0, nil
 }
 
-func runApprove(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "approve")
+func defineApprove(env *environment, fs *flag.FlagSet) runner {
 	state := fs.String("state", statedir.Default, "the agent's state directory")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: meshhost approve GEN    let declaration generation GEN past the blast-radius hold")
-		fs.PrintDefaults()
+	return func(ctx context.Context, pos []string) (int, error) {
+		if len(pos) != 1 {
+			return exitUsage, errors.New("name one declaration generation")
+		}
+		gen, err := strconv.ParseUint(pos[0], 10, 64)
+		if err != nil || gen == 0 {
+			return exitUsage, fmt.Errorf("approve takes a declaration generation, not %q", pos[0])
+		}
+		dir, err := existingState(*state)
+		if err != nil {
+			return 1, err
+		}
+		if err := agent.ApproveDeclaration(dir, gen); err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(env.stdout, "declaration %d approved: the agent applies it on its next pass, paced by the replacement budget\n", gen)
+		if st, _ := agent.LoadStatus(dir); st != nil && st.Held.Held() && st.Held.Generation != gen {
+			fmt.Fprintf(env.stdout, "(note: the declaration held is %d, not %d)\n", st.Held.Generation, gen)
+		}
+		return 0, nil
 	}
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 2, err
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return 2, errors.New("name one declaration generation")
-	}
-	gen, err := strconv.ParseUint(pos[0], 10, 64)
-	if err != nil || gen == 0 {
-		return 2, fmt.Errorf("approve takes a declaration generation, not %q", pos[0])
-	}
-	dir, err := existingState(*state)
-	if err != nil {
-		return 1, err
-	}
-	if err := agent.ApproveDeclaration(dir, gen); err != nil {
-		return 1, err
-	}
-	fmt.Fprintf(env.stdout, "declaration %d approved: the agent applies it on its next pass, paced by the replacement budget\n", gen)
-	if st, _ := agent.LoadStatus(dir); st != nil && st.Held.Held() && st.Held.Generation != gen {
-		fmt.Fprintf(env.stdout, "(note: the declaration held is %d, not %d)\n", st.Held.Generation, gen)
-	}
-	return 0, nil
 }
 
-func runFreeze(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "freeze")
+func defineFreeze(env *environment, fs *flag.FlagSet) runner {
 	state := fs.String("state", statedir.Default, "the agent's state directory")
 	reason := fs.String("reason", "", "why, for whoever finds the machine frozen (meshhost status, the agent's log)")
-	if err := fs.Parse(args); err != nil {
-		return 2, err
-	}
-	dir, err := existingState(*state)
-	if err != nil {
-		return 1, err
-	}
-	f := &agent.Freeze{Since: time.Now().UTC(), Reason: *reason}
-	if cur, err := agent.Frozen(dir); err == nil && cur != nil {
-		f.Since = cur.Since // frozen already: since then
-		if *reason == "" {
-			f.Reason = cur.Reason
+	return func(ctx context.Context, args []string) (int, error) {
+		dir, err := existingState(*state)
+		if err != nil {
+			return 1, err
 		}
+		f := &agent.Freeze{Since: time.Now().UTC(), Reason: *reason}
+		if cur, err := agent.Frozen(dir); err == nil && cur != nil {
+			f.Since = cur.Since // frozen already: since then
+			if *reason == "" {
+				f.Reason = cur.Reason
+			}
+		}
+		if err := agent.SetFrozen(dir, f); err != nil {
+			return 1, err
+		}
+		fmt.Fprintln(env.stdout, "frozen: no container is created, replaced or removed (the agent checks before every action) until meshhost unfreeze; the resolver keeps serving roster changes")
+		return 0, nil
 	}
-	if err := agent.SetFrozen(dir, f); err != nil {
-		return 1, err
-	}
-	fmt.Fprintln(env.stdout, "frozen: no container is created, replaced or removed (the agent checks before every action) until meshhost unfreeze; the resolver keeps serving roster changes")
-	return 0, nil
 }
 
-func runUnfreeze(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "unfreeze")
+func defineUnfreeze(env *environment, fs *flag.FlagSet) runner {
 	state := fs.String("state", statedir.Default, "the agent's state directory")
-	if err := fs.Parse(args); err != nil {
-		return 2, err
+	return func(ctx context.Context, args []string) (int, error) {
+		dir, err := existingState(*state)
+		if err != nil {
+			return 1, err
+		}
+		if err := agent.SetFrozen(dir, nil); err != nil {
+			return 1, err
+		}
+		fmt.Fprintln(env.stdout, "unfrozen: the agent's next pass applies the declaration in force (within the hold and the budget)")
+		return 0, nil
 	}
-	dir, err := existingState(*state)
-	if err != nil {
-		return 1, err
-	}
-	if err := agent.SetFrozen(dir, nil); err != nil {
-		return 1, err
-	}
-	fmt.Fprintln(env.stdout, "unfrozen: the agent's next pass applies the declaration in force (within the hold and the budget)")
-	return 0, nil
 }
 
-func runRollback(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "rollback")
+func defineRollback(env *environment, fs *flag.FlagSet) runner {
 	state := fs.String("state", statedir.Default, "the agent's state directory")
 	push := fs.String("push", "", "the agent's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: meshhost rollback GEN    re-issue journaled declaration GEN as a new generation")
-		fmt.Fprintln(fs.Output(), "The containers and mesh_names of GEN come back; the roster stays the one in force (names never go back).")
-		fs.PrintDefaults()
+	return func(ctx context.Context, pos []string) (int, error) {
+		if len(pos) != 1 {
+			return exitUsage, errors.New("name one declaration generation")
+		}
+		gen, err := strconv.ParseUint(pos[0], 10, 64)
+		if err != nil || gen == 0 {
+			return exitUsage, fmt.Errorf("rollback takes a declaration generation, not %q", pos[0])
+		}
+		dir, err := existingState(*state)
+		if err != nil {
+			return 1, err
+		}
+		cur, err := agent.LoadDeclaration(dir)
+		if err != nil {
+			return 1, err
+		}
+		if cur == nil {
+			return 1, fmt.Errorf("no declaration in force in %s: nothing to roll back from", dir.Path())
+		}
+		j, err := journal.Open(dir.Journal(), journal.Options{})
+		if err != nil {
+			return 1, err
+		}
+		old, err := j.Declaration(gen)
+		if err != nil {
+			return 1, fmt.Errorf("%w (meshhost history lists the declarations the journal holds)", err)
+		}
+		next, err := rollbackOf(old, cur, j)
+		if err != nil {
+			return 1, err
+		}
+		doc, err := next.MarshalJSON()
+		if err != nil {
+			return 1, err
+		}
+		addr := *push
+		if addr == "" {
+			addr = "unix:" + dir.PushSocket()
+		}
+		if err := pushTo(ctx, addr, doc); err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(env.stdout, "declaration %d pushed: the containers and mesh_names of declaration %d, with roster %d in force; the agent applies it through the same plan, hold and budget (meshhost status shows a hold)\n",
+			next.Generation, gen, next.Roster.Generation)
+		fmt.Fprintf(env.stdout, "the controller's next declaration must carry a generation above %d\n", next.Generation)
+		return 0, nil
 	}
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 2, err
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return 2, errors.New("name one declaration generation")
-	}
-	gen, err := strconv.ParseUint(pos[0], 10, 64)
-	if err != nil || gen == 0 {
-		return 2, fmt.Errorf("rollback takes a declaration generation, not %q", pos[0])
-	}
-	dir, err := existingState(*state)
-	if err != nil {
-		return 1, err
-	}
-	cur, err := agent.LoadDeclaration(dir)
-	if err != nil {
-		return 1, err
-	}
-	if cur == nil {
-		return 1, fmt.Errorf("no declaration in force in %s: nothing to roll back from", dir.Path())
-	}
-	j, err := journal.Open(dir.Journal(), journal.Options{})
-	if err != nil {
-		return 1, err
-	}
-	old, err := j.Declaration(gen)
-	if err != nil {
-		return 1, fmt.Errorf("%w (meshhost history lists the declarations the journal holds)", err)
-	}
-	next, err := rollbackOf(old, cur, j)
-	if err != nil {
-		return 1, err
-	}
-	doc, err := next.MarshalJSON()
-	if err != nil {
-		return 1, err
-	}
-	addr := *push
-	if addr == "" {
-		addr = "unix:" + dir.PushSocket()
-	}
-	if err := pushTo(ctx, addr, doc); err != nil {
-		return 1, err
-	}
-	fmt.Fprintf(env.stdout, "declaration %d pushed: the containers and mesh_names of declaration %d, with roster %d in force; the agent applies it through the same plan, hold and budget (meshhost status shows a hold)\n",
-		next.Generation, gen, next.Roster.Generation)
-	fmt.Fprintf(env.stdout, "the controller's next declaration must carry a generation above %d\n", next.Generation)
-	return 0, nil
 }
 
 // rollbackOf returns old re-issued after cur: its containers and migration

@@ -62,18 +62,27 @@ func TestDemoJSON(t *testing.T) {
 	}
 }
 
+// TestExitCodes: one table for every command (the README's): 0 ok, 1
+// error, 2 the plan has changes, 3 a probe failed, 64 usage; help goes to
+// stdout.
 func TestExitCodes(t *testing.T) {
-	if code, _, _ := runCLI(t, nil); code != 2 {
-		t.Errorf("meshhost (no command) = exit %d, want 2", code)
+	if code, out, _ := runCLI(t, nil); code != 0 || !strings.Contains(out, "Available Commands") {
+		t.Errorf("meshhost (no command) = exit %d, want 0 and the help on stdout:\n%s", code, out)
 	}
-	if code, _, _ := runCLI(t, nil, "no-such-command"); code != 2 {
-		t.Errorf("meshhost no-such-command = exit %d, want 2", code)
+	if code, out, _ := runCLI(t, nil, "plan", "--help"); code != 0 || !strings.Contains(out, "--hold-above") {
+		t.Errorf("meshhost plan --help = exit %d, want 0 and the flags on stdout:\n%s", code, out)
 	}
-	if code, _, _ := runCLI(t, nil, "demo", "--output", "yaml"); code != 2 {
-		t.Errorf("meshhost demo --output yaml = exit %d, want 2", code)
-	}
-	if code, _, _ := runCLI(t, nil, "demo", "--no-such-flag"); code != 2 {
-		t.Errorf("meshhost demo --no-such-flag = exit %d, want 2", code)
+	for _, args := range [][]string{
+		{"no-such-command"},
+		{"demo", "--output", "yaml"},
+		{"demo", "--no-such-flag"},
+		{"explain"},
+		{"approve", "x"},
+		{"migrate", "sideways"},
+	} {
+		if code, _, _ := runCLI(t, nil, args...); code != 64 {
+			t.Errorf("meshhost %v = exit %d, want 64 (usage)", args, code)
+		}
 	}
 	code, out, _ := runCLI(t, nil, "version", "--output", "json")
 	if code != 0 || !strings.Contains(out, `"digest_version":"v1"`) {

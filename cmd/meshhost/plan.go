@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/spf13/cobra"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -25,8 +26,8 @@ import (
 )
 
 func init() {
-	register(command{name: "plan", summary: "dry run: what a pass would do, and why (exit 0: nothing, 2: changes)", run: runPlan})
-	register(command{name: "explain", summary: "why a container would be replaced, field by field, old and new", run: runExplain})
+	register(command{name: "plan", summary: "dry run: what a pass would do, and why (exit 0: nothing, 2: changes)", define: definePlan})
+	register(command{name: "explain", use: "CONTAINER", args: cobra.ExactArgs(1), summary: "why a container would be replaced, field by field, old and new", define: defineExplain})
 }
 
 // planFlags are the flags plan and explain share.
@@ -175,42 +176,40 @@ type actionJSON struct {
 	Changes   []digest.Change `json:"changes,omitempty"`
 }
 
-func runPlan(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "plan")
+func definePlan(env *environment, fs *flag.FlagSet) runner {
 	f := addPlanFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2, err
-	}
-	if *f.output != "text" && *f.output != "json" {
-		return 2, fmt.Errorf("--output %q: want text or json", *f.output)
-	}
-	pl, err := f.plan(ctx, env)
-	if err != nil {
-		return 1, err
-	}
-	p := pl.Plan
-	changes := p.Changes()
-	code := 0
-	if len(changes) > 0 {
-		code = 2
-	}
-	if *f.output == "json" {
-		out := struct {
-			Actions   []actionJSON  `json:"actions"`
-			Unmanaged int           `json:"unmanaged_left_alone"`
-			Roster    rosterJSON    `json:"roster"`
-			Held      *pass.Hold    `json:"held,omitempty"`
-			Frozen    *agent.Freeze `json:"frozen,omitempty"`
-		}{Actions: []actionJSON{}, Unmanaged: p.Unmanaged, Roster: rosterOf(pl.Roster), Held: pl.Hold, Frozen: pl.Frozen}
-		for _, a := range changes {
-			out.Actions = append(out.Actions, actionJSON{string(a.Kind), a.Name, a.Reason, f.changes(a.Changes)})
+	return func(ctx context.Context, args []string) (int, error) {
+		if *f.output != "text" && *f.output != "json" {
+			return exitUsage, fmt.Errorf("--output %q: want text or json", *f.output)
 		}
-		return code, json.NewEncoder(env.stdout).Encode(out)
+		pl, err := f.plan(ctx, env)
+		if err != nil {
+			return 1, err
+		}
+		p := pl.Plan
+		changes := p.Changes()
+		code := 0
+		if len(changes) > 0 {
+			code = 2
+		}
+		if *f.output == "json" {
+			out := struct {
+				Actions   []actionJSON  `json:"actions"`
+				Unmanaged int           `json:"unmanaged_left_alone"`
+				Roster    rosterJSON    `json:"roster"`
+				Held      *pass.Hold    `json:"held,omitempty"`
+				Frozen    *agent.Freeze `json:"frozen,omitempty"`
+			}{Actions: []actionJSON{}, Unmanaged: p.Unmanaged, Roster: rosterOf(pl.Roster), Held: pl.Hold, Frozen: pl.Frozen}
+			for _, a := range changes {
+				out.Actions = append(out.Actions, actionJSON{string(a.Kind), a.Name, a.Reason, f.changes(a.Changes)})
+			}
+			return code, json.NewEncoder(env.stdout).Encode(out)
+		}
+		printRoster(env.stdout, pl.Roster)
+		printPlan(env.stdout, p, *f.showValues)
+		printControls(env.stdout, pl)
+		return code, nil
 	}
-	printRoster(env.stdout, pl.Roster)
-	printPlan(env.stdout, p, *f.showValues)
-	printControls(env.stdout, pl)
-	return code, nil
 }
 
 // printControls says when the agent would not apply the plan: a
@@ -277,44 +276,36 @@ func printPlan(w io.Writer, p *reconcile.Plan, showValues bool) {
 	}
 }
 
-func runExplain(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "explain")
+func defineExplain(env *environment, fs *flag.FlagSet) runner {
 	f := addPlanFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: meshhost explain [flags] CONTAINER")
-		fs.PrintDefaults()
-	}
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 2, err
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return 2, errors.New("name one container")
-	}
-	name := pos[0]
-	pl, err := f.plan(ctx, env)
-	if err != nil {
-		return 1, err
-	}
-	for _, a := range pl.Plan.Actions {
-		if a.Name != name {
-			continue
+	return func(ctx context.Context, pos []string) (int, error) {
+		if len(pos) != 1 {
+			return exitUsage, errors.New("name one container")
 		}
-		if *f.output == "json" {
-			return 0, json.NewEncoder(env.stdout).Encode(actionJSON{string(a.Kind), a.Name, a.Reason, f.changes(a.Changes)})
+		name := pos[0]
+		pl, err := f.plan(ctx, env)
+		if err != nil {
+			return 1, err
 		}
-		fmt.Fprintf(env.stdout, "%s: %s", name, a.Kind)
-		if a.Reason != "" {
-			fmt.Fprintf(env.stdout, " (%s)", a.Reason)
+		for _, a := range pl.Plan.Actions {
+			if a.Name != name {
+				continue
+			}
+			if *f.output == "json" {
+				return 0, json.NewEncoder(env.stdout).Encode(actionJSON{string(a.Kind), a.Name, a.Reason, f.changes(a.Changes)})
+			}
+			fmt.Fprintf(env.stdout, "%s: %s", name, a.Kind)
+			if a.Reason != "" {
+				fmt.Fprintf(env.stdout, " (%s)", a.Reason)
+			}
+			fmt.Fprintln(env.stdout)
+			for _, c := range f.changes(a.Changes) {
+				fmt.Fprintf(env.stdout, "  %-12s %-7s %s\n", c.Field, c.Mutability, changeText(c))
+			}
+			return 0, nil
 		}
-		fmt.Fprintln(env.stdout)
-		for _, c := range f.changes(a.Changes) {
-			fmt.Fprintf(env.stdout, "  %-12s %-7s %s\n", c.Field, c.Mutability, changeText(c))
-		}
-		return 0, nil
+		return 1, fmt.Errorf("%q is neither declared nor a managed container", name)
 	}
-	return 1, fmt.Errorf("%q is neither declared nor a managed container", name)
 }
 
 func changeText(c digest.Change) string {

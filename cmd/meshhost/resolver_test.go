@@ -116,8 +116,8 @@ func TestResolverCommandUsage(t *testing.T) {
 	} {
 		stderr := &syncbuf.Buffer{}
 		env := &environment{stdout: &syncbuf.Buffer{}, stderr: stderr, getenv: func(string) string { return "" }}
-		if code := run(context.Background(), env, args); code != 2 {
-			t.Errorf("meshhost %v exited %d, want 2\n%s", args, code, stderr)
+		if code := run(context.Background(), env, args); code != exitUsage {
+			t.Errorf("meshhost %v exited %d, want %d (usage)\n%s", args, code, exitUsage, stderr)
 		}
 	}
 }
