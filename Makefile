@@ -11,7 +11,7 @@ export GOFLAGS := -tags=$(TAGS)
 
 FUZZTIME ?= 30s
 
-.PHONY: test vet demo fuzz fuzz-short build
+.PHONY: test vet demo fuzz fuzz-short build man
 
 # build: meshhost; meshhost-resolver (`meshhost resolver` without the podman
 # client, for running the resolver alone); and the static probe binary the
@@ -25,6 +25,11 @@ build:
 # CGO_ENABLED=0, as meshhost is built: no C toolchain or headers needed.
 demo:
 	CGO_ENABLED=0 go run ./cmd/meshhost demo
+
+# man: a man page per command, written from the commands themselves
+# (man/meshhost.1, man/meshhost-plan.1, ...): what --help says.
+man:
+	CGO_ENABLED=0 go run ./cmd/meshhost man --dir man
 
 vet:
 	go vet ./...

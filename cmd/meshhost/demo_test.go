@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -87,5 +89,36 @@ func TestExitCodes(t *testing.T) {
 	code, out, _ := runCLI(t, nil, "version", "--output", "json")
 	if code != 0 || !strings.Contains(out, `"digest_version":"v1"`) {
 		t.Errorf("meshhost version --output json = exit %d, %s", code, out)
+	}
+}
+
+// TestManAndCompletion: make man writes a page per command, from the
+// commands (their flags included); completion scripts come for bash, zsh
+// and fish.
+func TestManAndCompletion(t *testing.T) {
+	dir := t.TempDir()
+	if code, out, errOut := runCLI(t, nil, "man", "--dir", dir); code != 0 {
+		t.Fatalf("meshhost man = %d %s%s", code, out, errOut)
+	}
+	for name := range commands {
+		if commands[name].hidden {
+			continue
+		}
+		page, err := os.ReadFile(filepath.Join(dir, "meshhost-"+name+".1"))
+		if err != nil {
+			t.Errorf("no man page for %s: %v", name, err)
+			continue
+		}
+		if name == "plan" && !strings.Contains(string(page), "--hold-above") {
+			t.Errorf("meshhost-plan.1 does not list --hold-above:\n%s", page)
+		}
+	}
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		if code, out, _ := runCLI(t, nil, "completion", shell); code != 0 || !strings.Contains(out, "meshhost") {
+			t.Errorf("meshhost completion %s = %d, %d bytes", shell, code, len(out))
+		}
+	}
+	if code, out, _ := runCLI(t, nil, "--version"); code != 0 || !strings.HasPrefix(out, "meshhost ") {
+		t.Errorf("meshhost --version = %d %q", code, out)
 	}
 }

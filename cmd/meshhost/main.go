@@ -43,6 +43,8 @@ type command struct {
 	args cobra.PositionalArgs
 	// valid lists the values the first argument takes, for completion.
 	valid []string
+	// hidden keeps the command out of the help (meshhost man, for make man).
+	hidden bool
 	// define defines the command's flags on fs and returns what runs once
 	// they are parsed, with the positional arguments. What it returns is
 	// the exit code (the table above); an error is printed (as JSON with
@@ -231,6 +233,7 @@ func cobraCommand(env *environment, c command, out *outcome) *cobra.Command {
 		Long:      strings.TrimSpace(c.summary + "\n\n" + c.long),
 		Args:      argsOrUsage(c.args),
 		ValidArgs: c.valid,
+		Hidden:    c.hidden,
 	}
 	finish := func(code int, err error) error {
 		var ue usageError
