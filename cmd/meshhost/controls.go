@@ -167,6 +167,7 @@ func defineStatus(env *environment, fs *flag.FlagSet) runner {
 }
 
 func defineApprove(env *environment, fs *flag.FlagSet) runner {
+	output := fs.String("output", "text", "output format: text or json")
 	state := fs.String("state", statedir.Default, "the agent's state directory")
 	return func(ctx context.Context, pos []string) (int, error) {
 		if len(pos) != 1 {
@@ -183,6 +184,9 @@ func defineApprove(env *environment, fs *flag.FlagSet) runner {
 		if err := agent.ApproveDeclaration(dir, gen); err != nil {
 			return 1, err
 		}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(map[string]uint64{"approved": gen})
+		}
 		fmt.Fprintf(env.stdout, "declaration %d approved: the agent applies it on its next pass, paced by the replacement budget\n", gen)
 		if st, _ := agent.LoadStatus(dir); st != nil && st.Held.Held() && st.Held.Generation != gen {
 			fmt.Fprintf(env.stdout, "(note: the declaration held is %d, not %d)\n", st.Held.Generation, gen)
@@ -192,6 +196,7 @@ func defineApprove(env *environment, fs *flag.FlagSet) runner {
 }
 
 func defineFreeze(env *environment, fs *flag.FlagSet) runner {
+	output := fs.String("output", "text", "output format: text or json")
 	state := fs.String("state", statedir.Default, "the agent's state directory")
 	reason := fs.String("reason", "", "why, for whoever finds the machine frozen (meshhost status, the agent's log)")
 	return func(ctx context.Context, args []string) (int, error) {
@@ -209,12 +214,16 @@ func defineFreeze(env *environment, fs *flag.FlagSet) runner {
 		if err := agent.SetFrozen(dir, f); err != nil {
 			return 1, err
 		}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(map[string]*agent.Freeze{"frozen": f})
+		}
 		fmt.Fprintln(env.stdout, "frozen: no container is created, replaced or removed (the agent checks before every action) until meshhost unfreeze; the resolver keeps serving roster changes")
 		return 0, nil
 	}
 }
 
 func defineUnfreeze(env *environment, fs *flag.FlagSet) runner {
+	output := fs.String("output", "text", "output format: text or json")
 	state := fs.String("state", statedir.Default, "the agent's state directory")
 	return func(ctx context.Context, args []string) (int, error) {
 		dir, err := existingState(*state)
@@ -224,12 +233,16 @@ func defineUnfreeze(env *environment, fs *flag.FlagSet) runner {
 		if err := agent.SetFrozen(dir, nil); err != nil {
 			return 1, err
 		}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(map[string]*agent.Freeze{"frozen": nil})
+		}
 		fmt.Fprintln(env.stdout, "unfrozen: the agent's next pass applies the declaration in force (within the hold and the budget)")
 		return 0, nil
 	}
 }
 
 func defineRollback(env *environment, fs *flag.FlagSet) runner {
+	output := fs.String("output", "text", "output format: text or json")
 	state := fs.String("state", statedir.Default, "the agent's state directory")
 	push := fs.String("push", "", "the agent's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock)")
 	return func(ctx context.Context, pos []string) (int, error) {
@@ -273,6 +286,13 @@ func defineRollback(env *environment, fs *flag.FlagSet) runner {
 		}
 		if err := pushTo(ctx, addr, doc); err != nil {
 			return 1, err
+		}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(struct {
+				Generation       uint64 `json:"generation"`
+				From             uint64 `json:"from"`
+				RosterGeneration uint64 `json:"roster_generation"`
+			}{next.Generation, gen, next.Roster.Generation})
 		}
 		fmt.Fprintf(env.stdout, "declaration %d pushed: the containers and mesh_names of declaration %d, with roster %d in force; the agent applies it through the same plan, hold and budget (meshhost status shows a hold)\n",
 			next.Generation, gen, next.Roster.Generation)

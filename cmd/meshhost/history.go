@@ -20,8 +20,14 @@ func init() {
 		summary: "roster diff A B: names added, removed or moved; roster accept GEN: let a held roster shrink", define: defineRoster})
 }
 
+// openJournal opens the journal of the state directory at state, refusing
+// a state directory that does not exist.
 func openJournal(state string) (*journal.Journal, error) {
-	return journal.Open(statedir.New(state).Journal(), journal.Options{})
+	dir, err := existingState(state)
+	if err != nil {
+		return nil, err
+	}
+	return journal.Open(dir.Journal(), journal.Options{})
 }
 
 func defineHistory(env *environment, fs *flag.FlagSet) runner {
@@ -37,17 +43,7 @@ func defineHistory(env *environment, fs *flag.FlagSet) runner {
 			return 1, err
 		}
 		if *output == "json" {
-			if entries == nil {
-				entries = []journal.Entry{}
-			}
-			for i, e := range entries {
-				if e.Declaration != nil {
-					// Not the document: env and label values may be secrets.
-					s := e.Declaration.Summary()
-					entries[i].Declaration = &s
-				}
-			}
-			return 0, json.NewEncoder(env.stdout).Encode(entries)
+			return 0, json.NewEncoder(env.stdout).Encode(historyJSON(entries))
 		}
 		if len(entries) == 0 {
 			fmt.Fprintln(env.stdout, "no history yet")
@@ -97,8 +93,15 @@ func defineRoster(env *environment, fs *flag.FlagSet) runner {
 			if err != nil || gen == 0 {
 				return exitUsage, fmt.Errorf("roster accept takes a roster generation, not %q", pos[1])
 			}
-			if err := agent.AcceptRoster(statedir.New(*state), gen); err != nil {
+			dir, err := existingState(*state)
+			if err != nil {
 				return 1, err
+			}
+			if err := agent.AcceptRoster(dir, gen); err != nil {
+				return 1, err
+			}
+			if *output == "json" {
+				return 0, json.NewEncoder(env.stdout).Encode(map[string]uint64{"roster_accepted": gen})
 			}
 			fmt.Fprintf(env.stdout, "roster generation %d may shrink; the agent applies it on its next pass\n", gen)
 			return 0, nil

@@ -68,7 +68,10 @@ func (f planFlags) changes(cs []digest.Change) []digest.Change {
 // plan computes, without changing anything, what the agent's next pass
 // would do for the declaration (planPass).
 func (f planFlags) plan(ctx context.Context, env *environment) (*planned, error) {
-	dir := statedir.New(*f.state)
+	dir, err := existingState(*f.state)
+	if err != nil {
+		return nil, err
+	}
 	var decl *spec.Declaration
 	if *f.declaration != "" {
 		data, err := os.ReadFile(*f.declaration)

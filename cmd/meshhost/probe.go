@@ -126,7 +126,7 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 			}
 		}
 		if *output == "json" {
-			return code, json.NewEncoder(env.stdout).Encode(results)
+			return code, json.NewEncoder(env.stdout).Encode(probeJSON(results))
 		}
 		printProbeTable(env, results)
 		return code, nil

@@ -201,7 +201,9 @@ type Report struct {
 	Modes    map[string]string `json:"modes"`
 	Probed   []string          `json:"probed,omitempty"`
 	Result   *reconcile.Result `json:"-"`
-	Duration time.Duration     `json:"duration"`
+	Duration time.Duration     `json:"-"`
+	// DurationSeconds is Duration, in /v1/report's JSON.
+	DurationSeconds float64 `json:"duration_seconds"`
 }
 
 // New returns an Agent.
@@ -304,6 +306,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		st := &status{at: time.Now(), err: err, report: a.status.Load().report, exposed: a.exposedLocked()}
 		if rep != nil {
 			rep.Duration = time.Since(start)
+			rep.DurationSeconds = rep.Duration.Seconds()
 			st.report = rep
 			if a.cfg.AfterPass != nil {
 				// The pass's own result stands; health says what failed after it.
