@@ -117,3 +117,59 @@ func orEmpty[T any](s []T) []T {
 	}
 	return s
 }
+
+// migrateStateJSON is the gate's state in `meshhost migrate status
+// --output json`.
+type migrateStateJSON struct {
+	Version        int                           `json:"version"`
+	Flag           string                        `json:"flag"`
+	Paused         bool                          `json:"paused"`
+	PausedAt       *time.Time                    `json:"paused_at,omitempty"`
+	AutoSwitchedAt *time.Time                    `json:"auto_switched_at,omitempty"`
+	Networks       map[string]migrateNetworkJSON `json:"networks"`
+}
+
+type migrateNetworkJSON struct {
+	Kind         string           `json:"kind"`
+	Present      bool             `json:"present"`
+	Subnets      []string         `json:"subnets"`
+	Last         *probeResultJSON `json:"last,omitempty"`
+	Proven       *proofJSON       `json:"proven,omitempty"`
+	Failures     int              `json:"failures"`
+	Resolve      bool             `json:"resolve"`
+	ResolveSince *time.Time       `json:"resolve_since,omitempty"`
+}
+
+type proofJSON struct {
+	Strategy string    `json:"strategy"`
+	DNS      dnsJSON   `json:"dns"`
+	At       time.Time `json:"at"`
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func migrateStateOf(st *migrations.State) migrateStateJSON {
+	out := migrateStateJSON{Version: st.Version, Flag: string(st.Flag), Paused: st.Paused, PausedAt: timeOrNil(st.PausedAt),
+		AutoSwitchedAt: timeOrNil(st.AutoSwitchedAt), Networks: map[string]migrateNetworkJSON{}}
+	if out.Flag == "" {
+		out.Flag = string(spec.FlagOff)
+	}
+	for name, n := range st.Networks {
+		v := migrateNetworkJSON{Kind: string(n.Kind), Present: n.Present, Subnets: orEmpty(n.Subnets), Failures: n.Failures,
+			Resolve: n.Resolve, ResolveSince: timeOrNil(n.ResolveSince)}
+		if n.Last != nil {
+			v.Last = &probeJSON([]migrations.Result{*n.Last})[0]
+		}
+		if p := n.Proven; p != nil {
+			v.Proven = &proofJSON{Strategy: string(p.Strategy), DNS: dnsOf(p.DNS), At: p.At.UTC()}
+		}
+		out.Networks[name] = v
+	}
+	return out
+}

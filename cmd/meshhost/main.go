@@ -143,14 +143,25 @@ func run(ctx context.Context, env *environment, args []string) int {
 	case code == exitOK:
 		code = exitError
 	}
-	printError(env, cmd, err, code == exitUsage)
+	printError(env, cmd, err, code == exitUsage, wantsJSON(args))
 	return code
 }
 
+// wantsJSON reports whether the command line asks for --output json, for
+// an error found before its flags were all parsed.
+func wantsJSON(args []string) bool {
+	for i, a := range args {
+		if a == "--output=json" || a == "--output" && i+1 < len(args) && args[i+1] == "json" {
+			return true
+		}
+	}
+	return false
+}
+
 // printError prints err for cmd: as {"error": ..., "faults": [...]} on
-// stdout when its --output is json, else on stderr.
-func printError(env *environment, cmd *cobra.Command, err error, usage bool) {
-	if f := cmd.Flags().Lookup("output"); f != nil && f.Value.String() == "json" {
+// stdout when its --output is json (or asJSON), else on stderr.
+func printError(env *environment, cmd *cobra.Command, err error, usage, asJSON bool) {
+	if f := cmd.Flags().Lookup("output"); asJSON || f != nil && f.Value.String() == "json" {
 		out := struct {
 			Error  string  `json:"error"`
 			Faults []fault `json:"faults"`

@@ -71,11 +71,15 @@ func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 		st := gate.State()
 		containers := gate.Status(gate.ObservedContainers(observed), observed, nil)
 		if *output == "json" {
-			return 0, json.NewEncoder(env.stdout).Encode(struct {
-				State      *migrations.State            `json:"state"`
+			code := 0
+			if listErr != "" {
+				code = 1 // as the text says it
+			}
+			return code, json.NewEncoder(env.stdout).Encode(struct {
+				State      migrateStateJSON             `json:"state"`
 				Containers []migrations.ContainerStatus `json:"containers"`
 				ListError  string                       `json:"list_error,omitempty"`
-			}{st, containers, listErr})
+			}{migrateStateOf(st), orEmpty(containers), listErr})
 		}
 		paused := ""
 		if st.Paused {
