@@ -69,13 +69,10 @@ func defineDemo(env *environment, fs *flag.FlagSet) runner {
 			return 1, err
 		}
 		if *output == "json" {
-			enc := json.NewEncoder(env.stdout)
-			for _, r := range rows {
-				if err := enc.Encode(r); err != nil {
-					return 1, err
-				}
+			if rows == nil {
+				rows = []demo.Row{}
 			}
-			return 0, nil
+			return 0, json.NewEncoder(env.stdout).Encode(rows)
 		}
 		printDemo(env.stdout, rows, *usePodman)
 		return 0, nil

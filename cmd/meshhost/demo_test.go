@@ -28,13 +28,8 @@ func TestDemoJSON(t *testing.T) {
 		t.Fatalf("meshhost demo --output json = exit %d\n%s", code, stderr)
 	}
 	var rows []demo.Row
-	dec := json.NewDecoder(strings.NewReader(out))
-	for dec.More() {
-		var r demo.Row
-		if err := dec.Decode(&r); err != nil {
-			t.Fatalf("decoding row %d: %v\n%s", len(rows), err, out)
-		}
-		rows = append(rows, r)
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("decoding the rows: %v\n%s", err, out)
 	}
 	if len(rows) != 8 {
 		t.Fatalf("got %d rows, want 4 actions x 2 modes", len(rows))

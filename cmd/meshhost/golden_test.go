@@ -104,6 +104,7 @@ func TestGoldenJSON(t *testing.T) {
 		{name: "rollback", args: []string{"rollback", "1", "--push", "unix:" + f.push}},
 		{name: "migrate-status", args: []string{"migrate", "status"}, code: exitError},
 		{name: "version", args: []string{"version"}, bare: true},
+		{name: "demo", args: []string{"demo"}, bare: true},
 		{name: "error", args: []string{"approve", "9", "--state", filepath.Join(f.state, "typo")}, code: exitError, bare: true},
 		{name: "usage-error", args: []string{"plan", "--no-such-flag"}, code: exitUsage, bare: true},
 	}
