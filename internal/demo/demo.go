@@ -54,17 +54,17 @@ type Row struct {
 	Converged time.Duration `json:"-"`
 	// ConvergedSeconds is Converged, in the JSON.
 	ConvergedSeconds float64 `json:"converged_after_seconds"`
-	Passes    int    `json:"passes"`
-	Timeline  []Tick `json:"timeline,omitempty"`
+	Passes           int     `json:"passes"`
+	Timeline         []Tick  `json:"timeline,omitempty"`
 }
 
 // Tick is one pass on one machine that did something.
 type Tick struct {
 	At        time.Duration `json:"-"`          // since the push
 	AtSeconds float64       `json:"at_seconds"` // At, in the JSON
-	Machine  string `json:"machine"`
-	Replaced int    `json:"replaced"`
-	Deferred int    `json:"deferred"`
+	Machine   string        `json:"machine"`
+	Replaced  int           `json:"replaced"`
+	Deferred  int           `json:"deferred"`
 }
 
 // ResolverAddr is the resolver address resolve-mode containers get in the demo.
