@@ -118,6 +118,10 @@ func TestDNSCheckOnPodman(t *testing.T) {
 	}
 
 	srv.SetAllow([]netip.Prefix{subA})
+	var js bytes.Buffer
+	run(context.Background(), &environment{stdout: &js, stderr: &js, getenv: func(string) string { return "" }},
+		[]string{"dns-check", a, "db.internal", "--podman", h.Socket(), "--state", state, "--output", "json"})
+	checkGolden(t, "dns-check.shape", jsonShape(t, js.String()))
 	if code, out, text := check(a, "db.internal"); code != 0 || verdict(out) != "ok" || !out.Results[0].Meshhost || fmt.Sprint(out.Results[0].Answer) != "[10.1.2.3]" || out.Answered != gwA.String()+":53" {
 		t.Errorf("db.internal from %s: exit %d, %+v answered %q\n%s", a, code, out.Results, out.Answered, text)
 	}

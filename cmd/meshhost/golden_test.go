@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -134,5 +135,62 @@ func TestGoldenJSON(t *testing.T) {
 		if st.then != nil {
 			st.then()
 		}
+	}
+}
+
+// jsonShape lists the key paths of a JSON document, sorted and each once
+// (an array's elements as []), for the commands whose values depend on the
+// machine (probe, dns-check): their golden file is their shape.
+func jsonShape(t *testing.T, out string) string {
+	t.Helper()
+	fieldRE := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	var v any
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	paths := map[string]bool{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if !fieldRE.MatchString(k) {
+					k = "{key}" // a map's key (a network's name), not a field
+				}
+				paths[prefix+"."+k] = true
+				walk(prefix+"."+k, e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(prefix+"[]", e)
+			}
+		}
+	}
+	walk("", v)
+	keys := make([]string, 0, len(paths))
+	for k := range paths {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, "\n") + "\n"
+}
+
+// checkGolden compares got with testdata/golden/name, or writes it there
+// with -update.
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run the test with -update)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", name, diff)
 	}
 }
