@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/dnsstub"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"
@@ -101,7 +100,11 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 		var prefer map[string]migrations.Strategy
 		var gate *migrations.Gate
 		if *stateDir != "" {
-			if gate, err = migrations.OpenGate(migrations.GateConfig{Path: statedir.New(*stateDir).Migrations()}); err != nil {
+			dir, err := existingState(*stateDir)
+			if err != nil {
+				return exitError, err
+			}
+			if gate, err = migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations()}); err != nil {
 				return 1, err
 			}
 			prefer = gate.Strategies()
