@@ -128,6 +128,9 @@ type outcome struct {
 func run(ctx context.Context, env *environment, args []string) int {
 	var out outcome
 	root := newRoot(ctx, env, &out)
+	if args == nil {
+		args = []string{} // nil would make cobra read os.Args
+	}
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
 	if err == nil {
