@@ -18,7 +18,7 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILDINFO := github.com/meshhost/meshhost/internal/plumbing/buildinfo
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)
 
-.PHONY: test vet demo fuzz fuzz-short build deb release-tests
+.PHONY: test vet demo fuzz fuzz-short build deb release-tests man
 
 # build: meshhost; meshhost-resolver (`meshhost resolver` without the podman
 # client, for running the resolver alone); and the static probe binary the
@@ -42,6 +42,11 @@ release-tests:
 # CGO_ENABLED=0, as meshhost is built: no C toolchain or headers needed.
 demo:
 	CGO_ENABLED=0 go run ./cmd/meshhost demo
+
+# man: a man page per command, written from the commands themselves
+# (man/meshhost.1, man/meshhost-plan.1, ...): what --help says.
+man:
+	CGO_ENABLED=0 go run ./cmd/meshhost man --dir man
 
 vet:
 	go vet ./...

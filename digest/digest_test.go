@@ -153,12 +153,25 @@ func TestExplain(t *testing.T) {
 	}
 	want := []string{
 		"image: docker.io/gitea/gitea:1.22 -> docker.io/gitea/gitea:1.23 [replace]",
-		"env: +LOG=debug +USER_UID=1001 -USER_UID=1000 [replace]",
+		"env: +LOG (" + ValueHash("debug") + ") ~USER_UID (" + ValueHash("1000") + "→" + ValueHash("1001") + ") [replace]",
 		"stop_timeout: 30 -> 120 [replace]",
 		`resources: {"memory_bytes":536870912,"millicpus":1500,"pids":256} -> {"memory_bytes":1073741824,"millicpus":1500,"pids":256} [update]`,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Explain (-want +got):\n%s", diff)
+	}
+	got = got[:0]
+	for _, c := range Explain(mustRender(t, a, nil, resolveMode), mustRender(t, b, nil, resolveMode)) {
+		got = append(got, c.WithValues().String())
+	}
+	want = []string{
+		"image: docker.io/gitea/gitea:1.22 -> docker.io/gitea/gitea:1.23",
+		"env: +LOG=debug ~USER_UID=1000→1001",
+		"stop_timeout: 30 -> 120",
+		`resources: {"memory_bytes":536870912,"millicpus":1500,"pids":256} -> {"memory_bytes":1073741824,"millicpus":1500,"pids":256}`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Explain, WithValues (-want +got):\n%s", diff)
 	}
 	if n := Explain(mustRender(t, a, nil, resolveMode), mustRender(t, a, nil, resolveMode)); len(n) != 0 {
 		t.Errorf("Explain(same, same) = %v, want nothing", n)

@@ -41,6 +41,11 @@ func (r *Reconciler) Apply(ctx context.Context, p *Plan) (*Result, error) {
 	}
 	r.charge(res)
 	r.run(ctx, res)
+	for _, o := range res.Outcomes {
+		if o.Frozen {
+			res.Frozen++
+		}
+	}
 	res.Duration = r.now().Sub(start)
 	r.metrics.passDuration.Observe(res.Duration.Seconds())
 	r.metrics.budgetUsed.Set(float64(len(r.BudgetUsed())))
@@ -129,6 +134,9 @@ func (r *Reconciler) run(ctx context.Context, res *Result) {
 					r.finish(ctx, o, err)
 					return nil
 				}
+				if freezes[o.Kind] && !o.Deferred && r.cfg.Frozen != nil && r.cfg.Frozen() {
+					o.Frozen = true
+				}
 				began := r.now()
 				err := r.safely(ctx, fmt.Sprintf("%s %q", o.Kind, o.Name), func() error { return r.do(ctx, o, needHealthy[o.Name]) })
 				o.Duration = r.now().Sub(began)
@@ -139,6 +147,10 @@ func (r *Reconciler) run(ctx context.Context, res *Result) {
 		g.Wait()
 	}
 }
+
+// freezes are the kinds of action Config.Frozen holds back: those that
+// change which containers exist or how they run.
+var freezes = map[Kind]bool{Create: true, Replace: true, Remove: true, Update: true, Adopt: true}
 
 // safely runs f, one action (or inspection) on a goroutine of its own,
 // turning a panic into its error, logged with the stack and counted
@@ -189,6 +201,8 @@ func (r *Reconciler) finish(ctx context.Context, o *Outcome, err error) {
 	case err != nil:
 		r.metrics.errors.WithLabelValues(string(o.Kind)).Inc()
 		r.log.ErrorContext(ctx, "reconcile action failed", append(attrs, "err", err)...)
+	case o.Frozen:
+		r.log.InfoContext(ctx, "action not begun: the machine is frozen (meshhost unfreeze lets it go on)", attrs...)
 	case o.unsaved:
 		r.log.ErrorContext(ctx, "replacement deferred: its charge to the budget could not be saved; it goes ahead once a save succeeds", attrs...)
 	case o.Deferred:
@@ -209,6 +223,12 @@ func (r *Reconciler) finish(ctx context.Context, o *Outcome, err error) {
 // do carries out one action.
 func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 	d := o.Desired
+	if o.Frozen {
+		if (o.Kind == Replace || o.Kind == Update) && !o.Running {
+			return r.start(ctx, "starting (the machine is frozen)", o.Name, o.ID, nil, false)
+		}
+		return nil
+	}
 	switch o.Kind {
 	case Create:
 		id, err := r.rt.Create(ctx, labelled(*d, r.cfg.Owner))

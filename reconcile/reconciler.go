@@ -56,6 +56,15 @@ type Config struct {
 	// succeeds (e.g. once the operator frees the full disk), without a
 	// restart.
 	BudgetCharged func(used []time.Time) error
+	// Frozen, when set, is asked right before each action that would
+	// create, replace, remove, update or adopt a container begins: while it
+	// reports true, the action is not begun (Outcome.Frozen), and a
+	// container it would have replaced or updated that is not running is
+	// started as it is, so nothing is left down. An action begun before
+	// stays whole: a replacement is never stopped halfway. Starts, and the
+	// resumed or rolled back replacements a crash interrupted, go on: they
+	// restore containers, they change none. The agent's `meshhost freeze`.
+	Frozen func() bool
 	// Adoptions restores adoptions made by an earlier Reconciler (see
 	// Reconciler.Adoptions).
 	Adoptions []Adoption

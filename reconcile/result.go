@@ -11,6 +11,9 @@ type Result struct {
 	Outcomes []Outcome
 	// Deferred counts replacements left for a later pass by the budget.
 	Deferred int
+	// Frozen counts actions not begun because the machine is frozen
+	// (Config.Frozen).
+	Frozen int
 	// ChargeErr says why the replacements the budget allowed were deferred
 	// all the same: their charge could not be saved (Config.BudgetCharged).
 	ChargeErr error
@@ -27,6 +30,9 @@ type Outcome struct {
 	// Deferred reports a replacement the budget left for a later pass. A
 	// deferred container that was not running is started as it is.
 	Deferred bool
+	// Frozen reports an action not begun because the machine is frozen
+	// (Config.Frozen).
+	Frozen bool
 	// unsaved: deferred because its charge could not be saved, not because
 	// the budget was spent.
 	unsaved bool
@@ -49,11 +55,11 @@ func (r *Result) Err() error {
 }
 
 // Count returns how many actions of kind k completed without error and
-// were not deferred.
+// were neither deferred nor frozen.
 func (r *Result) Count(k Kind) int {
 	n := 0
 	for _, o := range r.Outcomes {
-		if o.Kind == k && o.Err == nil && !o.Deferred {
+		if o.Kind == k && o.Err == nil && !o.Deferred && !o.Frozen {
 			n++
 		}
 	}

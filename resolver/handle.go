@@ -15,6 +15,7 @@ func (s *Server) handle(req []byte, client netip.Addr, udp bool, sc *scratch, bu
 		resp := errorReplyInto(req, buf, rcodeRefused)
 		if resp != nil {
 			s.metrics.count(reqType(req), rcodeRefused)
+			s.refused(client.Unmap())
 		}
 		return resp
 	}

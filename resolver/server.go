@@ -37,6 +37,7 @@ type Server struct {
 	inflight atomic.Int64 // forwarded questions in flight
 	// maxInflight bounds inflight: maxForwards, less in some tests.
 	maxInflight atomic.Int64
+	refusals    *refusals // refused clients, by network (SetNetworks)
 
 	// compile builds a roster's table: buildTable, except in tests that
 	// need a compile that fails or panics.
@@ -86,6 +87,12 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = m
 	if s.cache != nil {
 		s.cache.metrics = m
+	}
+	s.refusals = newRefusals()
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register((*refusedCollector)(s.refusals)); err != nil {
+			return nil, fmt.Errorf("registering resolver metrics: %w", err)
+		}
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Go(func() { s.fwd.janitor(s.ctx) })

@@ -149,6 +149,13 @@ var Fields = []Field{
 	{"dns", Replace},
 }
 
+// SecretValues reports whether the values of the named field may hold
+// secrets: a password set through the environment, a token in a label.
+// Wherever meshhost shows a change to such a field (plan, explain, its
+// log, the journal, history, metrics) it shows each key and a short hash
+// of its old and new value, never the value (digest.Change).
+func SecretValues(field string) bool { return field == "env" || field == "labels" }
+
 // Field is a named setting and its Mutability.
 type Field struct {
 	Name       string

@@ -3,6 +3,7 @@ package spec
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"path"
 	"regexp"
 	"strconv"
@@ -90,20 +91,70 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 	if c.Image == "" || strings.ContainsAny(c.Image, " \t\r\n") {
 		errs.add(p+".image", "%q is not an image reference", c.Image)
 	}
-	for k, v := range c.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			errs.add(joinPath(p+".env", k), "an environment variable name may not be empty or hold '=' or NUL")
+	for _, l := range []struct {
+		key  string
+		list []string
+	}{{"command", c.Command}, {"entrypoint", c.Entrypoint}} {
+		tooMany(errs, p+"."+l.key, len(l.list), MaxArgs, "arguments")
+	}
+	if !tooMany(errs, p+".env", len(c.Env), MaxEnv, "entries") {
+		total := 0
+		for k, v := range c.Env {
+			// Values are never quoted in a fault: they may be secrets.
+			if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+				errs.add(joinPath(p+".env", k), "an environment variable name may not be empty or hold '=' or NUL")
+			}
+			n := len(k) + 1 + len(v)
+			if n > MaxEnvEntryBytes {
+				errs.add(joinPath(p+".env", k), "%d bytes as NAME=VALUE; at most %d (Linux refuses a longer environment string)", n, MaxEnvEntryBytes)
+			}
+			total += n
+		}
+		if total > MaxEnvBytes {
+			errs.add(p+".env", "%d bytes of names and values; at most %d per container", total, MaxEnvBytes)
 		}
 	}
-	for k := range c.Labels {
-		switch {
-		case k == "":
-			errs.add(p+".labels", "a label key may not be empty")
-		case strings.HasPrefix(k, LabelPrefix):
-			errs.add(joinPath(p+".labels", k), "labels under %q are meshhost's own; use another key", LabelPrefix)
+	if !tooMany(errs, p+".labels", len(c.Labels), MaxLabels, "labels") {
+		total := 0
+		for k, v := range c.Labels {
+			switch {
+			case k == "":
+				errs.add(p+".labels", "a label key may not be empty")
+			case strings.HasPrefix(k, LabelPrefix):
+				errs.add(joinPath(p+".labels", k), "labels under %q are meshhost's own; use another key", LabelPrefix)
+			}
+			total += len(k) + len(v)
+		}
+		if total > MaxLabelBytes {
+			errs.add(p+".labels", "%d bytes of keys and values; at most %d per container", total, MaxLabelBytes)
 		}
 	}
-	for i, port := range c.Ports {
+	tooMany(errs, p+".ports", len(c.Ports), MaxPorts, "ports")
+	tooMany(errs, p+".mounts", len(c.Mounts), MaxMounts, "mounts")
+	tooMany(errs, p+".networks", len(c.Networks), MaxNetworks, "networks")
+	tooMany(errs, p+".depends_on", len(c.DependsOn), MaxDependsOn, "names")
+	if h := c.Healthcheck; h != nil {
+		tooMany(errs, p+".healthcheck.test", len(h.Test), MaxArgs, "arguments")
+	}
+	// Past a limit, the entries of a list are not checked one by one: a
+	// fault per entry would bury the one that matters.
+	ports, mounts, networks := c.Ports, c.Mounts, c.Networks
+	if len(ports) > MaxPorts {
+		ports = nil
+	}
+	if len(mounts) > MaxMounts {
+		mounts = nil
+	}
+	if len(networks) > MaxNetworks {
+		networks = nil
+	}
+	type published struct {
+		ip    netip.Addr
+		port  uint16
+		proto string
+	}
+	hostPorts := map[published]int{}
+	for i, port := range ports {
 		pp := fmt.Sprintf("%s.ports[%d]", p, i)
 		switch port.Protocol {
 		case "", "tcp", "udp", "sctp":
@@ -113,15 +164,17 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 		if port.ContainerPort == 0 {
 			errs.add(pp+".container_port", "must be 1 to 65535")
 		}
-		for j := range i {
-			q := c.Ports[j]
-			if port.HostPort != 0 && port.HostPort == q.HostPort && port.HostIP == q.HostIP && normProto(port.Protocol) == normProto(q.Protocol) {
-				errs.add(pp+".host_port", "%d/%s is also published by ports[%d]", port.HostPort, normProto(port.Protocol), j)
+		if port.HostPort != 0 {
+			key := published{port.HostIP, port.HostPort, normProto(port.Protocol)}
+			if j, dup := hostPorts[key]; dup {
+				errs.add(pp+".host_port", "%d/%s is also published by ports[%d]", port.HostPort, key.proto, j)
+			} else {
+				hostPorts[key] = i
 			}
 		}
 	}
 	targets := map[string]int{}
-	for i, m := range c.Mounts {
+	for i, m := range mounts {
 		mp := fmt.Sprintf("%s.mounts[%d]", p, i)
 		switch m.Type {
 		case MountVolume:
@@ -148,7 +201,7 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 		targets[m.Target] = i
 	}
 	nets := map[string]int{}
-	for i, n := range c.Networks {
+	for i, n := range networks {
 		np := fmt.Sprintf("%s.networks[%d]", p, i)
 		if !networkNameRE.MatchString(n.Name) {
 			errs.add(np+".name", "%q is not a network name", n.Name)
@@ -157,6 +210,9 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 			errs.add(np+".name", "%q is also networks[%d]", n.Name, j)
 		}
 		nets[n.Name] = i
+		if tooMany(errs, np+".aliases", len(n.Aliases), MaxAliases, "aliases") {
+			continue
+		}
 		for j, a := range n.Aliases {
 			if err := CheckName(a); err != nil {
 				errs.add(fmt.Sprintf("%s.aliases[%d]", np, j), "not a valid host name: %v", err)
@@ -193,12 +249,25 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 		key  string
 		list []string
 	}{{"cap_add", c.CapAdd}, {"cap_drop", c.CapDrop}} {
+		if tooMany(errs, p+"."+caps.key, len(caps.list), MaxCaps, "capabilities") {
+			continue
+		}
 		for i, cp := range caps.list {
 			if !capRE.MatchString(cp) {
 				errs.add(fmt.Sprintf("%s.%s[%d]", p, caps.key, i), "%q is not a capability name (e.g. NET_ADMIN)", cp)
 			}
 		}
 	}
+}
+
+// tooMany adds a fault when a list or map at path holds n entries, more
+// than max, and reports whether it did.
+func tooMany(errs *fieldErrors, path string, n, max int, what string) bool {
+	if n <= max {
+		return false
+	}
+	errs.add(path, "%d %s; at most %d", n, what, max)
+	return true
 }
 
 func normProto(p string) string {

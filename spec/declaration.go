@@ -83,6 +83,9 @@ func (d *Declaration) ValidateYielding(yield func()) error {
 			}
 		}
 	}
+	if tooMany(&errs, "containers", len(d.Containers), MaxContainers, "containers") {
+		return errs.err() // judged no further: each would cost a machine's worth of checks
+	}
 	index := map[string]int{}
 	for i, c := range d.Containers {
 		path := fmt.Sprintf("containers[%d]", i)
@@ -94,6 +97,9 @@ func (d *Declaration) ValidateYielding(yield func()) error {
 		index[c.Name] = i
 	}
 	for i, c := range d.Containers {
+		if len(c.DependsOn) > MaxDependsOn {
+			continue // validateContainer said so
+		}
 		for j, dep := range c.DependsOn {
 			path := fmt.Sprintf("containers[%d].depends_on[%d]", i, j)
 			switch k, ok := index[dep]; {

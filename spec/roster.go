@@ -63,6 +63,10 @@ func (r *Roster) ValidateYielding(yield func()) error {
 		}
 		seenZones[cz] = true
 	}
+	if len(r.Names) > MaxNames {
+		errs.add("names", "%d names; at most %d", len(r.Names), MaxNames)
+		return errs.err()
+	}
 	if r.namesValid(yield) {
 		return errs.err()
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -41,23 +42,16 @@ import (
 )
 
 func init() {
-	register(command{name: "agent", summary: "run the host agent: resolver, migration gate and reconcile loop", run: runAgent})
+	register(command{name: "agent", summary: "run the host agent: resolver, migration gate and reconcile loop", define: defineAgent})
 }
 
-func runAgent(ctx context.Context, env *environment, args []string) (int, error) {
-	return agentMain(ctx, env, args, nil)
-}
+func defineAgent(env *environment, fs *flag.FlagSet) runner { return defineAgentChecked(env, fs, nil) }
 
-// agentMain is `meshhost agent`. With checked set it stops once the flags,
-// the configuration file's among them, are read and checked, and passes
-// checked the file's keys applied (`meshhost config check`).
-func agentMain(ctx context.Context, env *environment, args []string, checked func(config string, keys []string)) (int, error) {
-	// First of all: a SIGHUP reloads, it never kills (its default action).
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
-	fs := newFlagSet(env, "agent")
+// defineAgentChecked defines `meshhost agent` on fs. With checked set, its
+// runner stops once the flags, the configuration file's among them, are
+// read and checked, and passes checked the file's keys applied (`meshhost
+// config check`).
+func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config string, keys []string)) runner {
 	configPath := fs.String("config", "", "a configuration `FILE` (TOML) whose keys are this command's flags, e.g. /etc/meshhost/agent.toml; flags given here win over it; `meshhost config check` checks it")
 	declPath := fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes, and read again on SIGHUP")
 	natsURL := fs.String("source", "", "a NATS JetStream roster source, nats://HOST:4222 (see --nats-*): the roster and this machine's declaration are watched in its buckets")
@@ -71,6 +65,7 @@ func agentMain(ctx context.Context, env *environment, args []string, checked fun
 	resolverAt := fs.String("resolver", "embedded", "where the resolver runs: \"embedded\" (in this process: containers lose DNS whenever the agent stops) or unix:PATH, the control socket of meshhost-resolver, which outlives the agent (packaging/systemd runs it so)")
 	interval := fs.Duration("interval", 30*time.Second, "time between periodic passes (a failed pass is retried sooner: 1s, doubling up to this)")
 	budget := fs.Int("budget", reconcile.DefaultBudget.Max, "replacements allowed per budget window")
+	holdAbove := fs.Int("hold-above", agent.DefaultHoldAbove, "hold a declaration whose plan would replace more than N containers until `meshhost approve GEN` (0 never holds)")
 	window := fs.Duration("budget-window", reconcile.DefaultBudget.Window, "the replacement budget's window")
 	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local resolver address (assigned to lo) for routed networks")
 	loopback := fs.String("loopback", migrations.DefaultLoopback, "the loopback address (127.0.0.0/8) where the resolver serves aardvark-dns's forwarded queries, for DNS-enabled networks (podman 4.4 and later)")
@@ -89,353 +84,357 @@ func agentMain(ctx context.Context, env *environment, args []string, checked fun
 	fs.Var(&allow, "allow", "extra resolver client `CIDR[,CIDR...]` (or address); repeatable; probed container networks and loopback are always allowed")
 	var cache resolvercmd.CacheFlags
 	cache.Register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2, err
-	}
-	if fs.NArg() > 0 {
-		return 2, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	var applied []string
-	if *configPath != "" {
-		var err error
-		if applied, err = flagfile.Apply(fs, *configPath, "config"); err != nil {
-			return 2, err
-		}
-	}
-	var level slog.LevelVar
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return 2, fmt.Errorf("--log-level: %w", err)
-	}
-	if *logLevelFile != "" {
-		l, err := readLogLevel(*logLevelFile)
-		if err != nil {
-			return 2, fmt.Errorf("--log-level-file: %w", err)
-		}
-		level.Set(l)
-	}
-	// external is the resolver's control socket; empty: embedded.
-	external, ok := strings.CutPrefix(*resolverAt, "unix:")
-	switch {
-	case *resolverAt == "embedded":
-		external = ""
-	case !ok || external == "":
-		return 2, fmt.Errorf("--resolver %q: want embedded or unix:PATH", *resolverAt)
-	case len(upstreams) > 0:
-		return 2, errors.New("--upstream is the embedded resolver's: give meshhost-resolver its upstreams (its --upstream, or its --resolv-conf)")
-	}
-	if *runtimeKind != "podman" && *runtimeKind != "memory" {
-		return 2, fmt.Errorf("--runtime %q: want podman or memory", *runtimeKind)
-	}
-	nl, err := netip.ParseAddr(*nodeLocal)
-	if err != nil {
-		return 2, fmt.Errorf("--node-local: %w", err)
-	}
-	lo, err := netip.ParseAddr(*loopback)
-	if err != nil {
-		return 2, fmt.Errorf("--loopback: %w", err)
-	}
-	outside, outsideWant, err := parseOutside(*probeOutside)
-	if err != nil {
-		return 2, err
-	}
-	uri := ""
-	if *runtimeKind == "podman" {
-		if uri = podmanSocket(env, *socket); uri == "" {
-			return 2, errors.New("no podman socket: pass --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
-		}
-	}
-	logger, err := logging.New(env.stderr, logging.Options{Format: logFlags.Format, Level: &level})
-	if err != nil {
-		return 2, fmt.Errorf("--log-format: %w", err)
-	}
-	if checked != nil {
-		checked(*configPath, applied)
-		return 0, nil
-	}
-	logger.Info("meshhost agent starting", "version", buildinfo.Get().Version, "resolver", *resolverAt, "runtime", *runtimeKind)
-	dir := statedir.New(*stateDir)
-	if err := dir.Create(); err != nil {
-		return 1, err
-	}
-	reg := procmetrics.NewRegistry() // with meshhost_build_info
-	depUp := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshhost_agent_dependency_up",
-		Help: "1 while a dependency answers the agent: podman (its API; asked every 10s once connected) and resolver (its control socket, asked every second; or the embedded one).",
-	}, []string{"dependency"})
-	depUp.WithLabelValues("podman")
-	depUp.WithLabelValues("resolver")
-	reg.MustRegister(depUp)
+	return func(ctx context.Context, args []string) (int, error) {
+		// First of all: a SIGHUP reloads, it never kills (its default action).
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
 
-	// Whatever ends the agent stops its goroutines, and waits for them.
-	ctx, cancel := context.WithCancel(ctx)
-	g, gctx := errgroup.WithContext(ctx)
-	defer func() { cancel(); g.Wait() }()
-
-	// The resolver comes first: it serves the saved roster before the
-	// controller or the runtime answer anything. Embedded, it is this
-	// process's; external, it runs on its own, and the agent only feeds it.
-	var (
-		res           agent.Resolver
-		exposeTo      migrations.Resolver
-		busy          func() bool
-		resolverAlive func() error
-		canary        func(context.Context, string) (netip.Addr, error)
-		asserted      func() error
-		client        *control.Client
-		static        []netip.AddrPort
-	)
-	if external == "" {
-		rcfg := resolver.Config{
-			Logger: logger, Registerer: reg, Upstreams: upstreams, Allow: allow,
-			StatePath: dir.Roster(),
-			Forbidden: resolver.PodmanDNSGuard(),
-		}
-		cache.Apply(&rcfg)
-		srv, err := resolver.New(rcfg)
-		if err != nil {
-			return 1, err
-		}
-		defer srv.Close() // last: the resolver answers until the very end
-		defer resolvercmd.FlushOnSignal(ctx, srv)()
-		for _, l := range listens {
-			if err := srv.Listen(l); err != nil {
-				return 1, fmt.Errorf("--listen %s: %w", l, err)
+		var applied []string
+		if *configPath != "" {
+			var err error
+			if applied, err = flagfile.Apply(fs, *configPath, givenFlags(ctx), "config"); err != nil {
+				return exitUsage, err
 			}
 		}
-		if r := srv.Roster(); r != nil {
-			logger.Info("serving the saved roster", "roster_generation", r.Generation, "names", len(r.Names))
+		if *holdAbove < 0 {
+			return exitUsage, fmt.Errorf("--hold-above %d: want 0 (never hold) or more", *holdAbove)
 		}
-		res, exposeTo, busy, static = srv, srv, srv.Busy, srv.Listeners()
-		depUp.WithLabelValues("resolver").Set(1)
-		if *runtimeKind == "podman" {
-			logger.Warn("the resolver runs in the agent's process: containers in resolve mode lose DNS whenever the agent stops or restarts; run meshhost-resolver and pass --resolver unix:PATH (README, Architecture)")
+		var level slog.LevelVar
+		if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+			return exitUsage, fmt.Errorf("--log-level: %w", err)
 		}
-	} else {
-		client = control.NewClient(control.ClientConfig{Path: external, Logger: logger})
-		res, exposeTo, static = client, client, listens
-		resolverAlive = func() error {
-			_, err := client.Alive()
+		if *logLevelFile != "" {
+			l, err := readLogLevel(*logLevelFile)
 			if err != nil {
-				depUp.WithLabelValues("resolver").Set(0)
-			} else {
-				depUp.WithLabelValues("resolver").Set(1)
+				return exitUsage, fmt.Errorf("--log-level-file: %w", err)
 			}
-			return err
+			level.Set(l)
 		}
-		canary, asserted = client.Canary, client.Settle
-		g.Go(func() error { client.Watch(gctx, time.Second); return nil })
-		g.Go(func() error { // the metric follows the resolver, probed or not
-			every(gctx, time.Second, func() { resolverAlive() })
-			return nil
-		})
-		// The operator's own addresses and clients, asserted at once; a
-		// resolver not up yet gets them when it is (Watch puts them again).
-		for _, l := range listens {
-			if err := client.Listen(l); err != nil {
-				logger.Warn("--listen: the resolver does not serve it yet", "addr", l, "err", err)
+		// external is the resolver's control socket; empty: embedded.
+		external, ok := strings.CutPrefix(*resolverAt, "unix:")
+		switch {
+		case *resolverAt == "embedded":
+			external = ""
+		case !ok || external == "":
+			return exitUsage, fmt.Errorf("--resolver %q: want embedded or unix:PATH", *resolverAt)
+		case len(upstreams) > 0:
+			return exitUsage, errors.New("--upstream is the embedded resolver's: give meshhost-resolver its upstreams (its --upstream, or its --resolv-conf)")
+		}
+		if *runtimeKind != "podman" && *runtimeKind != "memory" {
+			return exitUsage, fmt.Errorf("--runtime %q: want podman or memory", *runtimeKind)
+		}
+		nl, err := netip.ParseAddr(*nodeLocal)
+		if err != nil {
+			return exitUsage, fmt.Errorf("--node-local: %w", err)
+		}
+		lo, err := netip.ParseAddr(*loopback)
+		if err != nil {
+			return exitUsage, fmt.Errorf("--loopback: %w", err)
+		}
+		outside, outsideWant, err := parseOutside(*probeOutside)
+		if err != nil {
+			return exitUsage, err
+		}
+		uri := ""
+		if *runtimeKind == "podman" {
+			if uri = podmanSocket(env, *socket); uri == "" {
+				return exitUsage, errors.New("no podman socket: pass --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
 			}
 		}
-		if len(allow) > 0 {
-			client.SetAllow(allow)
+		logger, err := logging.New(env.stderr, logging.Options{Format: logFlags.Format, Level: &level})
+		if err != nil {
+			return exitUsage, fmt.Errorf("--log-format: %w", err)
 		}
-		if err := client.Ping(2 * time.Second); err != nil {
-			logger.Error("the resolver's control socket does not answer; serving nothing new until it does (the resolver, a process of its own, keeps answering containers)", "socket", external, "err", err)
+		if checked != nil {
+			checked(*configPath, applied)
+			return exitOK, nil
 		}
-	}
+		logger.Info("meshhost agent starting", "version", buildinfo.Get().Version, "resolver", *resolverAt, "runtime", *runtimeKind)
+		dir := statedir.New(*stateDir)
+		if err := dir.Create(); err != nil {
+			return 1, err
+		}
+		reg := procmetrics.NewRegistry() // with meshhost_build_info
+		depUp := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meshhost_agent_dependency_up",
+			Help: "1 while a dependency answers the agent: podman (its API; asked every 10s once connected) and resolver (its control socket, asked every second; or the embedded one).",
+		}, []string{"dependency"})
+		depUp.WithLabelValues("podman")
+		depUp.WithLabelValues("resolver")
+		reg.MustRegister(depUp)
 
-	saved, err := agent.LoadDeclaration(dir)
-	if err != nil {
-		// Saved by a meshhost that checked less (a name this one reserves,
-		// say): refusing to start would leave the machine without an agent
-		// until someone edits the state directory. Without it the resolver
-		// serves its saved roster, no container is touched, and the next
-		// declaration pushed or written takes over.
-		logger.Error("the saved declaration is refused; no container is touched until a valid declaration arrives", "err", err)
-		saved = nil
-	}
-	source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: busy}, Logger: logger})
-	natsw, err := natsOpts.watcher(*natsURL, *machine, source, logger, reg)
-	if err != nil {
-		return 2, err
-	}
-	g.Go(func() error { return natsw.run(gctx) })
-	var savedGen uint64 // the declaration in force is on disk already: not written again
-	if cur, _ := source.Current(); cur != nil {
-		savedGen = cur.Generation
-	}
-	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: *machine, Logger: logger, Registerer: reg, MaxProofAge: *proofMaxAge})
-	if err != nil {
-		return 1, err
-	}
-	jnl, err := journal.Open(dir.Journal(), journal.Options{})
-	if err != nil {
-		return 1, err
-	}
+		// Whatever ends the agent stops its goroutines, and waits for them.
+		ctx, cancel := context.WithCancel(ctx)
+		g, gctx := errgroup.WithContext(ctx)
+		defer func() { cancel(); g.Wait() }()
 
-	// Until the runtime answers there is no agent: health says why, the
-	// declaration source and push endpoint take declarations, the resolver
-	// serves on.
-	var current atomic.Pointer[agent.Agent]
-	var waiting atomic.Pointer[error]
-	noRuntime := errors.New("starting the in-memory runtime")
-	if uri != "" {
-		noRuntime = fmt.Errorf("connecting to podman's API at %s: no answer yet", uri)
-	}
-	waiting.Store(&noRuntime)
-	liveness := func() error {
-		if a := current.Load(); a != nil {
-			return a.Liveness()
-		}
-		if resolverAlive != nil {
-			if err := resolverAlive(); err != nil {
-				return fmt.Errorf("the resolver does not answer: %w", err)
+		// The resolver comes first: it serves the saved roster before the
+		// controller or the runtime answer anything. Embedded, it is this
+		// process's; external, it runs on its own, and the agent only feeds it.
+		var (
+			res           agent.Resolver
+			exposeTo      migrations.Resolver
+			busy          func() bool
+			resolverAlive func() error
+			canary        func(context.Context, string) (netip.Addr, error)
+			asserted      func() error
+			client        *control.Client
+			static        []netip.AddrPort
+		)
+		if external == "" {
+			rcfg := resolver.Config{
+				Logger: logger, Registerer: reg, Upstreams: upstreams, Allow: allow,
+				StatePath: dir.Roster(),
+				Forbidden: resolver.PodmanDNSGuard(),
+			}
+			cache.Apply(&rcfg)
+			srv, err := resolver.New(rcfg)
+			if err != nil {
+				return 1, err
+			}
+			defer srv.Close() // last: the resolver answers until the very end
+			defer resolvercmd.FlushOnSignal(ctx, srv)()
+			for _, l := range listens {
+				if err := srv.Listen(l); err != nil {
+					return 1, fmt.Errorf("--listen %s: %w", l, err)
+				}
+			}
+			if r := srv.Roster(); r != nil {
+				logger.Info("serving the saved roster", "roster_generation", r.Generation, "names", len(r.Names))
+			}
+			res, exposeTo, busy, static = srv, srv, srv.Busy, srv.Listeners()
+			depUp.WithLabelValues("resolver").Set(1)
+			if *runtimeKind == "podman" {
+				logger.Warn("the resolver runs in the agent's process: containers in resolve mode lose DNS whenever the agent stops or restarts; run meshhost-resolver and pass --resolver unix:PATH (README, Architecture)")
+			}
+		} else {
+			client = control.NewClient(control.ClientConfig{Path: external, Logger: logger})
+			res, exposeTo, static = client, client, listens
+			resolverAlive = func() error {
+				_, err := client.Alive()
+				if err != nil {
+					depUp.WithLabelValues("resolver").Set(0)
+				} else {
+					depUp.WithLabelValues("resolver").Set(1)
+				}
+				return err
+			}
+			canary, asserted = client.Canary, client.Settle
+			g.Go(func() error { client.Watch(gctx, time.Second); return nil })
+			g.Go(func() error { // the metric follows the resolver, probed or not
+				every(gctx, time.Second, func() { resolverAlive() })
+				return nil
+			})
+			// The operator's own addresses and clients, asserted at once; a
+			// resolver not up yet gets them when it is (Watch puts them again).
+			for _, l := range listens {
+				if err := client.Listen(l); err != nil {
+					logger.Warn("--listen: the resolver does not serve it yet", "addr", l, "err", err)
+				}
+			}
+			if len(allow) > 0 {
+				client.SetAllow(allow)
+			}
+			if err := client.Ping(2 * time.Second); err != nil {
+				logger.Error("the resolver's control socket does not answer; serving nothing new until it does (the resolver, a process of its own, keeps answering containers)", "socket", external, "err", err)
 			}
 		}
-		return nil
-	}
-	g.Go(func() error { agent.Notify(gctx, logger, liveness); return nil })
 
-	if *declPath != "" {
-		g.Go(func() error {
-			if err := source.WatchPath(gctx, *declPath); err != nil {
-				logger.Error("watching the declaration; it is read again on SIGHUP", "path", *declPath, "err", err)
-			}
-			return nil
-		})
-	}
-	if *push != "off" {
-		addr := *push
-		if addr == "" {
-			addr = "unix:" + dir.PushSocket()
+		saved, err := agent.LoadDeclaration(dir)
+		if err != nil {
+			// Saved by a meshhost that checked less (a name this one reserves,
+			// say): refusing to start would leave the machine without an agent
+			// until someone edits the state directory. Without it the resolver
+			// serves its saved roster, no container is touched, and the next
+			// declaration pushed or written takes over.
+			logger.Error("the saved declaration is refused; no container is touched until a valid declaration arrives", "err", err)
+			saved = nil
 		}
-		l, err := declsource.Listen(addr)
+		source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: busy}, Logger: logger, Registerer: reg})
+		natsw, err := natsOpts.watcher(*natsURL, *machine, source, logger, reg)
+		if err != nil {
+			return exitUsage, err
+		}
+		g.Go(func() error { return natsw.run(gctx) })
+		var savedGen uint64 // the declaration in force is on disk already: not written again
+		if cur, _ := source.Current(); cur != nil {
+			savedGen = cur.Generation
+		}
+		gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: *machine, Logger: logger, Registerer: reg, MaxProofAge: *proofMaxAge})
 		if err != nil {
 			return 1, err
 		}
-		logger.Info("push endpoint", "addr", addr)
-		g.Go(func() error { return serveHTTP(gctx, l, source.Handler()) })
-	}
-	if *httpAddr != "off" {
-		l, err := net.Listen("tcp", *httpAddr)
+		jnl, err := journal.Open(dir.Journal(), journal.Options{})
 		if err != nil {
-			return 1, fmt.Errorf("--http: %w", err)
+			return 1, err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", procmetrics.Handler(reg))
-		// None of these waits for a pass in progress, nor on a socket.
-		waitingHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/livez" {
-				if err := liveness(); err != nil {
-					http.Error(w, err.Error(), http.StatusServiceUnavailable)
-					return
-				}
-				fmt.Fprintln(w, "ok")
-				return
-			}
-			if r.URL.Path == "/v1/report" {
-				w.Header().Set("Content-Type", "application/json")
-				fmt.Fprintln(w, "null")
-				return
-			}
-			http.Error(w, (*waiting.Load()).Error(), http.StatusServiceUnavailable)
-		})
-		for _, path := range []string{"/livez", "/readyz", "/healthz", "/v1/report"} {
-			mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if a := current.Load(); a != nil {
-					a.Handler().ServeHTTP(w, r)
-					return
-				}
-				waitingHandler.ServeHTTP(w, r)
-			}))
-		}
-		logger.Info("metrics and health", "addr", l.Addr().String())
-		g.Go(func() error { return serveHTTP(gctx, l, mux) })
-	}
-	g.Go(func() error {
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-hup:
-			}
-			logger.Info("SIGHUP: reloading the declaration and the log level")
-			if *logLevelFile != "" {
-				if l, err := readLogLevel(*logLevelFile); err != nil {
-					logger.Error("--log-level-file: keeping the level", "level", level.Level(), "err", err)
-				} else if l != level.Level() {
-					level.Set(l)
-					logger.Info("log level", "level", l)
-				}
-			}
-			if *declPath != "" {
-				source.ReadPath(*declPath)
-			}
-			if client != nil {
-				client.Sync()
-			}
-		}
-	})
 
-	g.Go(func() error {
-		// The runtime. podman's API may be down (at boot, or restarting):
-		// the agent waits for it, retrying, and never exits for it.
-		var rt reconcile.Runtime
-		inPlace := true
-		var nets agent.Networks
-		var p *podman.Runtime
-		if *runtimeKind == "memory" {
-			rt = memory.New(memory.Options{})
-		} else {
-			for attempt := 1; ; attempt++ {
-				var err error
-				p, inPlace, err = openPodman(gctx, uri, logger)
-				if err == nil {
-					break
+		// Until the runtime answers there is no agent: health says why, the
+		// declaration source and push endpoint take declarations, the resolver
+		// serves on.
+		var current atomic.Pointer[agent.Agent]
+		var waiting atomic.Pointer[error]
+		noRuntime := errors.New("starting the in-memory runtime")
+		if uri != "" {
+			noRuntime = fmt.Errorf("connecting to podman's API at %s: no answer yet", uri)
+		}
+		waiting.Store(&noRuntime)
+		liveness := func() error {
+			if a := current.Load(); a != nil {
+				return a.Liveness()
+			}
+			if resolverAlive != nil {
+				if err := resolverAlive(); err != nil {
+					return fmt.Errorf("the resolver does not answer: %w", err)
 				}
-				err = fmt.Errorf("connecting to podman's API at %s: %w", uri, err)
-				waiting.Store(&err)
-				wait := agent.RetryWait(time.Second, 30*time.Second, attempt)
-				logger.Error("podman's API does not answer; retrying (containers keep running, the resolver keeps answering)", "in", wait, "err", err)
+			}
+			return nil
+		}
+		g.Go(func() error { agent.Notify(gctx, logger, liveness); return nil })
+
+		if *declPath != "" {
+			g.Go(func() error {
+				if err := source.WatchPath(gctx, *declPath); err != nil {
+					logger.Error("watching the declaration; it is read again on SIGHUP", "path", *declPath, "err", err)
+				}
+				return nil
+			})
+		}
+		if *push != "off" {
+			addr := *push
+			if addr == "" {
+				addr = "unix:" + dir.PushSocket()
+			}
+			l, err := declsource.Listen(addr)
+			if err != nil {
+				return 1, err
+			}
+			logger.Info("push endpoint", "addr", addr)
+			g.Go(func() error { return serveHTTP(gctx, l, source.Handler()) })
+		}
+		if *httpAddr != "off" {
+			l, err := net.Listen("tcp", *httpAddr)
+			if err != nil {
+				return 1, fmt.Errorf("--http: %w", err)
+			}
+			mux := http.NewServeMux()
+			mux.Handle("/metrics", procmetrics.Handler(reg))
+			// None of these waits for a pass in progress, nor on a socket.
+			waitingHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/livez" {
+					if err := liveness(); err != nil {
+						http.Error(w, err.Error(), http.StatusServiceUnavailable)
+						return
+					}
+					fmt.Fprintln(w, "ok")
+					return
+				}
+				if r.URL.Path == "/v1/report" {
+					w.Header().Set("Content-Type", "application/json")
+					fmt.Fprintln(w, "null")
+					return
+				}
+				http.Error(w, (*waiting.Load()).Error(), http.StatusServiceUnavailable)
+			})
+			for _, path := range []string{"/livez", "/readyz", "/healthz", "/v1/report"} {
+				mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if a := current.Load(); a != nil {
+						a.Handler().ServeHTTP(w, r)
+						return
+					}
+					waitingHandler.ServeHTTP(w, r)
+				}))
+			}
+			logger.Info("metrics and health", "addr", l.Addr().String())
+			g.Go(func() error { return serveHTTP(gctx, l, mux) })
+		}
+		g.Go(func() error {
+			for {
 				select {
 				case <-gctx.Done():
 					return nil
-				case <-time.After(wait):
+				case <-hup:
+				}
+				logger.Info("SIGHUP: reloading the declaration and the log level")
+				if *logLevelFile != "" {
+					if l, err := readLogLevel(*logLevelFile); err != nil {
+						logger.Error("--log-level-file: keeping the level", "level", level.Level(), "err", err)
+					} else if l != level.Level() {
+						level.Set(l)
+						logger.Info("log level", "level", l)
+					}
+				}
+				if *declPath != "" {
+					source.ReadPath(*declPath)
+				}
+				if client != nil {
+					client.Sync()
 				}
 			}
-			depUp.WithLabelValues("podman").Set(1)
-			g.Go(func() error { // the metric follows podman's API after the start too
-				every(gctx, 10*time.Second, func() {
-					vctx, cancel := context.WithTimeout(gctx, 5*time.Second)
-					defer cancel()
-					if _, err := p.Version(vctx); err != nil {
-						depUp.WithLabelValues("podman").Set(0)
-					} else {
-						depUp.WithLabelValues("podman").Set(1)
-					}
-				})
-				return nil
-			})
-			rt, nets = p, p
-		}
-		a, err := newAgent(gctx, agentSetup{
-			logger: logger, reg: reg, dir: dir, machine: *machine, podman: p, runtime: rt, inPlace: inPlace, nets: nets,
-			resolver: res, exposeTo: exposeTo, static: static, allow: allow, nodeLocal: nl, loopback: lo,
-			outside: outside, outsideWant: outsideWant, probeBinary: *probeBinary, canary: canary,
-			asserted: asserted, resolverAlive: resolverAlive, gate: gate, journal: jnl, source: source,
-			savedGen: savedGen, sourceHealth: natsw.health, interval: *interval, budget: reconcile.Budget{Max: *budget, Window: *window},
 		})
-		if err != nil {
-			return err
+
+		g.Go(func() error {
+			// The runtime. podman's API may be down (at boot, or restarting):
+			// the agent waits for it, retrying, and never exits for it.
+			var rt reconcile.Runtime
+			inPlace := true
+			var nets agent.Networks
+			var p *podman.Runtime
+			if *runtimeKind == "memory" {
+				rt = memory.New(memory.Options{})
+			} else {
+				for attempt := 1; ; attempt++ {
+					var err error
+					p, inPlace, err = openPodman(gctx, uri, logger)
+					if err == nil {
+						break
+					}
+					err = fmt.Errorf("connecting to podman's API at %s: %w", uri, err)
+					waiting.Store(&err)
+					wait := agent.RetryWait(time.Second, 30*time.Second, attempt)
+					logger.Error("podman's API does not answer; retrying (containers keep running, the resolver keeps answering)", "in", wait, "err", err)
+					select {
+					case <-gctx.Done():
+						return nil
+					case <-time.After(wait):
+					}
+				}
+				depUp.WithLabelValues("podman").Set(1)
+				g.Go(func() error { // the metric follows podman's API after the start too
+					every(gctx, 10*time.Second, func() {
+						vctx, cancel := context.WithTimeout(gctx, 5*time.Second)
+						defer cancel()
+						if _, err := p.Version(vctx); err != nil {
+							depUp.WithLabelValues("podman").Set(0)
+						} else {
+							depUp.WithLabelValues("podman").Set(1)
+						}
+					})
+					return nil
+				})
+				rt, nets = p, p
+			}
+			a, err := newAgent(gctx, agentSetup{
+				logger: logger, reg: reg, dir: dir, machine: *machine, podman: p, runtime: rt, inPlace: inPlace, nets: nets,
+				resolver: res, exposeTo: exposeTo, static: static, allow: allow, nodeLocal: nl, loopback: lo,
+				outside: outside, outsideWant: outsideWant, probeBinary: *probeBinary, canary: canary,
+				asserted: asserted, resolverAlive: resolverAlive, gate: gate, journal: jnl, source: source,
+				savedGen: savedGen, sourceHealth: natsw.health, interval: *interval, budget: reconcile.Budget{Max: *budget, Window: *window}, holdAbove: *holdAbove,
+			})
+			if err != nil {
+				return err
+			}
+			current.Store(a)
+			return a.Run(gctx)
+		})
+		err = g.Wait()
+		logger.Info("agent stopped; containers are left running", "err", err)
+		if err != nil && ctx.Err() == nil {
+			return 1, err
 		}
-		current.Store(a)
-		return a.Run(gctx)
-	})
-	err = g.Wait()
-	logger.Info("agent stopped; containers are left running", "err", err)
-	if err != nil && ctx.Err() == nil {
-		return 1, err
+		return 0, nil
 	}
-	return 0, nil
 }
 
 // agentSetup is what newAgent makes an agent of.
@@ -467,6 +466,7 @@ type agentSetup struct {
 	sourceHealth  func() error
 	interval      time.Duration
 	budget        reconcile.Budget
+	holdAbove     int // --hold-above
 }
 
 // newAgent makes the agent once the runtime answers: the exposer and the
@@ -522,6 +522,8 @@ func newAgent(ctx context.Context, s agentSetup) (*agent.Agent, error) {
 	rec, saveState, err := openReconciler(reconcile.Config{
 		Runtime: s.runtime, Owner: s.machine, NoInPlaceUpdates: !s.inPlace, Logger: logger, Registerer: s.reg,
 		Budget: s.budget,
+		// meshhost freeze, checked before every action that changes a container.
+		Frozen: func() bool { f, _ := agent.Frozen(s.dir); return f != nil },
 	}, s.dir.Reconciler(), logger)
 	if err != nil {
 		return nil, err
@@ -529,7 +531,7 @@ func newAgent(ctx context.Context, s agentSetup) (*agent.Agent, error) {
 	acfg := agent.Config{
 		Runtime: s.runtime, Reconciler: rec, Resolver: s.resolver, Gate: s.gate, Source: s.source,
 		Networks: s.nets, NewProber: newProber, Journal: s.journal, State: s.dir, SavedGeneration: s.savedGen,
-		Interval: s.interval, Logger: logger, Registerer: s.reg,
+		Interval: s.interval, HoldAbove: s.holdAbove, Logger: logger, Registerer: s.reg,
 		AfterPass:     func(*agent.Report) { saveState() },
 		ResolverAlive: s.resolverAlive, Asserted: s.asserted, SourceHealth: s.sourceHealth,
 	}

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"strings"
+
+	"github.com/spf13/cobra"
 )
 
 // defaultConfig is where the package puts the agent's configuration, and
@@ -12,42 +15,41 @@ import (
 const defaultConfig = "/etc/meshhost/agent.toml"
 
 func init() {
-	register(command{name: "config", summary: "check the agent's configuration file: meshhost config check [--config FILE]", run: runConfig})
+	register(command{
+		name:    "config",
+		use:     "check [--config FILE] [AGENT FLAGS]",
+		summary: "check the agent's configuration file",
+		long: "Reads the file as `meshhost agent --config FILE` would, with the agent's own\n" +
+			"flags and checks, and says what is wrong, naming the line and the key, or\n" +
+			"that it is fine. Agent flags given here are checked with the file, as the\n" +
+			"agent would take them.",
+		args:   cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
+		valid:  []string{"check"},
+		define: defineConfig,
+	})
 }
 
-// runConfig is `meshhost config check`: it reads the file as `meshhost
-// agent --config FILE` would, with the agent's own flags and checks, and
-// says what is wrong, naming the line and the key, or that it is fine.
-func runConfig(ctx context.Context, env *environment, args []string) (int, error) {
-	if len(args) == 0 || args[0] != "check" {
-		return 2, fmt.Errorf("want `meshhost config check [--config FILE] [--output text|json] [AGENT FLAGS]`")
-	}
-	fs := newFlagSet(env, "config check")
-	path := fs.String("config", defaultConfig, "the configuration `FILE` to check")
+func defineConfig(env *environment, fs *flag.FlagSet) runner {
 	output := fs.String("output", "text", "output format: text or json")
-	// Flags after these are the agent's, checked with the file as the
-	// agent would take them: `meshhost config check -- --podman unix:...`.
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2, err
-	}
-	if *output != "text" && *output != "json" {
-		return 2, fmt.Errorf("--output %q: want text or json", *output)
-	}
 	var keys []string
-	agentArgs := append([]string{"--config", *path}, fs.Args()...)
-	code, err := agentMain(ctx, env, agentArgs, func(_ string, applied []string) { keys = applied })
-	if err != nil {
-		if code == 2 {
-			code = 1 // the file is wrong, not how config check was called
+	check := defineAgentChecked(env, fs, func(_ string, applied []string) { keys = applied })
+	// The agent reads no file unless told; its check reads the package's.
+	config := fs.Lookup("config")
+	config.Value.Set(defaultConfig)
+	config.DefValue, config.Usage = defaultConfig, "the configuration `FILE` to check"
+	return func(ctx context.Context, args []string) (int, error) {
+		path := config.Value.String()
+		code, err := check(ctx, nil)
+		if err != nil {
+			if code == exitUsage {
+				code = exitError // the file is wrong, not how config check was called
+			}
+			return code, err // with --output json, printed as every command's error is
 		}
 		if *output == "json" {
-			json.NewEncoder(env.stdout).Encode(map[string]any{"config": *path, "ok": false, "error": err.Error()})
+			return exitOK, json.NewEncoder(env.stdout).Encode(map[string]any{"config": path, "ok": true, "keys": keys})
 		}
-		return code, err
+		fmt.Fprintf(env.stdout, "%s: ok (%d settings: %s)\n", path, len(keys), strings.Join(keys, ", "))
+		return exitOK, nil
 	}
-	if *output == "json" {
-		return 0, json.NewEncoder(env.stdout).Encode(map[string]any{"config": *path, "ok": true, "keys": keys})
-	}
-	fmt.Fprintf(env.stdout, "%s: ok (%d settings: %s)\n", *path, len(keys), strings.Join(keys, ", "))
-	return 0, nil
 }

@@ -14,10 +14,12 @@ import (
 // usage.
 func agentFlags(t *testing.T) []string {
 	t.Helper()
-	_, _, usage := runCLI(t, nil, "agent", "-h")
+	_, usage, _ := runCLI(t, nil, "agent", "-h")
 	var names []string
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(usage, -1) {
-		names = append(names, m[1])
+	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?--([a-z0-9-]+)`).FindAllStringSubmatch(usage, -1) {
+		if m[1] != "help" {
+			names = append(names, m[1])
+		}
 	}
 	if len(names) < 20 {
 		t.Fatalf("read %d flags from meshhost agent -h:\n%s", len(names), usage)
@@ -74,7 +76,7 @@ func TestConfigCheck(t *testing.T) {
 		want      string // in stdout on success, stderr otherwise
 	}{
 		{"fine", "runtime = \"memory\"\nbudget = 9\n", nil, 0, ": ok (2 settings: budget, runtime)"},
-		{"a flag given wins", "runtime = \"memory\"\nbudget = 9\n", []string{"--", "--budget", "5"}, 0, ": ok (1 settings: runtime)"},
+		{"a flag given wins", "runtime = \"memory\"\nbudget = 9\n", []string{"--budget", "5"}, 0, ": ok (1 settings: runtime)"},
 		{"unknown key", "runtime = \"memory\"\nbugdet = 9\n", nil, 1, "agent.toml:2: bugdet: unknown key: no flag --bugdet (did you mean budget?)"},
 		{"wrong type", "runtime = \"memory\"\nbudget = \"nine\"\n", nil, 1, `agent.toml:2: budget: is "nine", want an integer`},
 		{"the agent's own checks", "runtime = \"docker\"\n", nil, 1, `--runtime "docker": want podman or memory`},
@@ -105,7 +107,16 @@ func TestConfigCheck(t *testing.T) {
 	if code, _, stderr := runCLI(t, nil, "config", "check", "--config", filepath.Join(dir, "missing.toml")); code != 1 || !strings.Contains(stderr, "missing.toml: no such file") {
 		t.Errorf("config check of a missing file = exit %d, %q", code, stderr)
 	}
-	if code, _, _ := runCLI(t, nil, "config"); code != 2 {
-		t.Errorf("meshhost config (no subcommand) = exit %d, want 2", code)
+	for _, args := range [][]string{{"config"}, {"config", "chekc"}, {"config", "check", "extra"}} {
+		if code, _, _ := runCLI(t, nil, args...); code != exitUsage {
+			t.Errorf("meshhost %q = exit %d, want %d (usage)", args, code, exitUsage)
+		}
+	}
+	code, out, _ = runCLI(t, nil, "config", "check", "--config", write("bugdet = 1\n"), "--output", "json")
+	var fault struct {
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(out), &fault); code != exitError || err != nil || !strings.Contains(fault.Error, "bugdet: unknown key") {
+		t.Errorf("config check --output json of a wrong file = exit %d, %s (%v); want exit 1 and the fault as JSON", code, out, err)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,69 +19,64 @@ import (
 )
 
 func init() {
-	register(command{name: "demo", summary: "replay the incident in copy mode and in resolve mode, and count replacements", run: runDemo})
+	register(command{name: "demo", summary: "replay the incident in copy mode and in resolve mode, and count replacements", define: defineDemo})
 }
 
 // demoPrefix names everything the podman demo creates, so it can clean up.
 const demoPrefix = "meshdemo-"
 
-func runDemo(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "demo")
+func defineDemo(env *environment, fs *flag.FlagSet) runner {
 	output := fs.String("output", "text", "output format: text or json")
 	usePodman := fs.Bool("podman", false, "run against real podman (one machine's worth of containers) instead of the in-memory runtime")
 	socket := fs.String("podman-socket", "", "podman API socket (default: $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)")
 	machine := fs.String("machine", "ace", "with --podman: which machine of the mesh to run")
 	image := fs.String("image", "localhost/meshhost-busybox:latest", "with --podman: the local image every container runs")
 	budget := fs.Int("budget", reconcile.DefaultBudget.Max, "replacements allowed per machine per minute")
-	if err := fs.Parse(args); err != nil {
-		return 2, err
-	}
-	if *output != "text" && *output != "json" {
-		return 2, fmt.Errorf("--output %q: want text or json", *output)
-	}
-	progress := newProgress(env.stderr)
-	defer progress.done()
-	opts := demo.Options{
-		Budget:   reconcile.Budget{Max: *budget, Window: time.Minute},
-		Progress: progress.printf,
-	}
-	if *usePodman {
-		uri := podmanSocket(env, *socket)
-		if uri == "" {
-			return 1, fmt.Errorf("--podman needs a podman socket: pass --podman-socket or set MESHHOST_PODMAN_SOCKET (scripts/podman-up prints it)")
+	return func(ctx context.Context, args []string) (int, error) {
+		if *output != "text" && *output != "json" {
+			return exitUsage, fmt.Errorf("--output %q: want text or json", *output)
 		}
-		opts.Machines = []string{*machine}
-		opts.Budget = reconcile.Budget{Max: 1000, Window: time.Minute} // show the raw count; the budget is simulated in memory mode
-		opts.Adapt = podmanDemoContainer(*image)
-		opts.NewRuntime = func(string, spec.NameMode) (reconcile.Runtime, func(), error) {
-			rt, err := podman.New(ctx, uri, nil)
-			if err != nil {
-				return nil, nil, err
+		progress := newProgress(env.stderr)
+		defer progress.done()
+		opts := demo.Options{
+			Budget:   reconcile.Budget{Max: *budget, Window: time.Minute},
+			Progress: progress.printf,
+		}
+		if *usePodman {
+			uri := podmanSocket(env, *socket)
+			if uri == "" {
+				return 1, fmt.Errorf("--podman needs a podman socket: pass --podman-socket or set MESHHOST_PODMAN_SOCKET (scripts/podman-up prints it)")
 			}
-			return rt, func() { cleanupDemo(context.WithoutCancel(ctx), rt) }, nil
-		}
-	} else {
-		opts.Simulated = true
-		opts.NewRuntime = func(string, spec.NameMode) (reconcile.Runtime, func(), error) {
-			return memory.New(memory.Options{}), func() {}, nil
-		}
-	}
-	rows, err := demo.Run(ctx, opts)
-	progress.done()
-	if err != nil {
-		return 1, err
-	}
-	if *output == "json" {
-		enc := json.NewEncoder(env.stdout)
-		for _, r := range rows {
-			if err := enc.Encode(r); err != nil {
-				return 1, err
+			opts.Machines = []string{*machine}
+			opts.Budget = reconcile.Budget{Max: 1000, Window: time.Minute} // show the raw count; the budget is simulated in memory mode
+			opts.Adapt = podmanDemoContainer(*image)
+			opts.NewRuntime = func(string, spec.NameMode) (reconcile.Runtime, func(), error) {
+				rt, err := podman.New(ctx, uri, nil)
+				if err != nil {
+					return nil, nil, err
+				}
+				return rt, func() { cleanupDemo(context.WithoutCancel(ctx), rt) }, nil
+			}
+		} else {
+			opts.Simulated = true
+			opts.NewRuntime = func(string, spec.NameMode) (reconcile.Runtime, func(), error) {
+				return memory.New(memory.Options{}), func() {}, nil
 			}
 		}
+		rows, err := demo.Run(ctx, opts)
+		progress.done()
+		if err != nil {
+			return 1, err
+		}
+		if *output == "json" {
+			if rows == nil {
+				rows = []demo.Row{}
+			}
+			return 0, json.NewEncoder(env.stdout).Encode(rows)
+		}
+		printDemo(env.stdout, rows, *usePodman)
 		return 0, nil
 	}
-	printDemo(env.stdout, rows, *usePodman)
-	return 0, nil
 }
 
 func printDemo(w io.Writer, rows []demo.Row, real bool) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -26,13 +28,8 @@ func TestDemoJSON(t *testing.T) {
 		t.Fatalf("meshhost demo --output json = exit %d\n%s", code, stderr)
 	}
 	var rows []demo.Row
-	dec := json.NewDecoder(strings.NewReader(out))
-	for dec.More() {
-		var r demo.Row
-		if err := dec.Decode(&r); err != nil {
-			t.Fatalf("decoding row %d: %v\n%s", len(rows), err, out)
-		}
-		rows = append(rows, r)
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("decoding the rows: %v\n%s", err, out)
 	}
 	if len(rows) != 8 {
 		t.Fatalf("got %d rows, want 4 actions x 2 modes", len(rows))
@@ -62,21 +59,61 @@ func TestDemoJSON(t *testing.T) {
 	}
 }
 
+// TestExitCodes: one table for every command (the README's): 0 ok, 1
+// error, 2 the plan has changes, 3 a probe failed, 64 usage; help goes to
+// stdout.
 func TestExitCodes(t *testing.T) {
-	if code, _, _ := runCLI(t, nil); code != 2 {
-		t.Errorf("meshhost (no command) = exit %d, want 2", code)
+	if code, out, _ := runCLI(t, nil); code != 0 || !strings.Contains(out, "Available Commands") {
+		t.Errorf("meshhost (no command) = exit %d, want 0 and the help on stdout:\n%s", code, out)
 	}
-	if code, _, _ := runCLI(t, nil, "no-such-command"); code != 2 {
-		t.Errorf("meshhost no-such-command = exit %d, want 2", code)
+	if code, out, _ := runCLI(t, nil, "plan", "--help"); code != 0 || !strings.Contains(out, "--hold-above") {
+		t.Errorf("meshhost plan --help = exit %d, want 0 and the flags on stdout:\n%s", code, out)
 	}
-	if code, _, _ := runCLI(t, nil, "demo", "--output", "yaml"); code != 2 {
-		t.Errorf("meshhost demo --output yaml = exit %d, want 2", code)
-	}
-	if code, _, _ := runCLI(t, nil, "demo", "--no-such-flag"); code != 2 {
-		t.Errorf("meshhost demo --no-such-flag = exit %d, want 2", code)
+	for _, args := range [][]string{
+		{"no-such-command"},
+		{"demo", "--output", "yaml"},
+		{"demo", "--no-such-flag"},
+		{"explain"},
+		{"approve", "x"},
+		{"migrate", "sideways"},
+	} {
+		if code, _, _ := runCLI(t, nil, args...); code != 64 {
+			t.Errorf("meshhost %v = exit %d, want 64 (usage)", args, code)
+		}
 	}
 	code, out, _ := runCLI(t, nil, "version", "--output", "json")
 	if code != 0 || !strings.Contains(out, `"digest_version":"v1"`) {
 		t.Errorf("meshhost version --output json = exit %d, %s", code, out)
+	}
+}
+
+// TestManAndCompletion: make man writes a page per command, from the
+// commands (their flags included); completion scripts come for bash, zsh
+// and fish.
+func TestManAndCompletion(t *testing.T) {
+	dir := t.TempDir()
+	if code, out, errOut := runCLI(t, nil, "man", "--dir", dir); code != 0 {
+		t.Fatalf("meshhost man = %d %s%s", code, out, errOut)
+	}
+	for name := range commands {
+		if commands[name].hidden {
+			continue
+		}
+		page, err := os.ReadFile(filepath.Join(dir, "meshhost-"+name+".1"))
+		if err != nil {
+			t.Errorf("no man page for %s: %v", name, err)
+			continue
+		}
+		if name == "plan" && !strings.Contains(string(page), "--hold-above") {
+			t.Errorf("meshhost-plan.1 does not list --hold-above:\n%s", page)
+		}
+	}
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		if code, out, _ := runCLI(t, nil, "completion", shell); code != 0 || !strings.Contains(out, "meshhost") {
+			t.Errorf("meshhost completion %s = %d, %d bytes", shell, code, len(out))
+		}
+	}
+	if code, out, _ := runCLI(t, nil, "--version"); code != 0 || !strings.HasPrefix(out, "meshhost ") {
+		t.Errorf("meshhost --version = %d %q", code, out)
 	}
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,10 +12,25 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
 	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Exit codes, the same for every command (the README's table).
+const (
+	exitOK      = 0
+	exitError   = 1
+	exitChanges = 2  // meshhost plan: the plan has changes
+	exitProbe   = 3  // meshhost probe, dns-check: a probe or a lookup failed
+	exitUsage   = 64 // a flag, an argument or a value the command does not take (sysexits' EX_USAGE)
 )
 
 // command is one subcommand. Each lives in its own file and registers itself
@@ -22,10 +38,28 @@ import (
 type command struct {
 	name    string
 	summary string
-	// run gets the arguments after the command name. It returns the process
-	// exit code; errors it returns are printed and exit 1.
-	run func(ctx context.Context, env *environment, args []string) (int, error)
+	// use is what follows the name in the usage line: "CONTAINER NAME".
+	use string
+	// long is the help's description, when the summary is not enough.
+	long string
+	// args checks the positional arguments; nil takes none.
+	args cobra.PositionalArgs
+	// valid lists the values the first argument takes, for completion.
+	valid []string
+	// hidden keeps the command out of the help (meshhost man, for make man).
+	hidden bool
+	// define defines the command's flags on fs and returns what runs once
+	// they are parsed, with the positional arguments. What it returns is
+	// the exit code (the table above); an error is printed (as JSON with
+	// --output json) and exits 1 unless the code says otherwise.
+	define func(env *environment, fs *flag.FlagSet) runner
+	// raw, instead of define, gets the arguments unparsed (meshhost
+	// resolver shares its flags with the meshhost-resolver binary).
+	raw func(env *environment) runner
 }
+
+// runner runs a command with its positional arguments.
+type runner func(ctx context.Context, args []string) (int, error)
 
 // environment is what a command may touch of the process, so tests can run
 // commands in-process.
@@ -70,57 +104,215 @@ func main() {
 	os.Exit(run(ctx, env, os.Args[1:]))
 }
 
+// usageError is an error in how a command was called: it exits 64.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef returns a usageError.
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// checkOutput refuses an --output other than text or json.
+func checkOutput(output string) error {
+	if output != "text" && output != "json" {
+		return usagef("--output %q: want text or json", output)
+	}
+	return nil
+}
+
+// outcome is what the command that ran said.
+type outcome struct {
+	ran  bool // a command's own code ran (not only cobra's parsing)
+	code int
+}
+
+// run runs the command line args and returns the process's exit code.
 func run(ctx context.Context, env *environment, args []string) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(env.stderr)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
+	var out outcome
+	root := newRoot(ctx, env, &out)
+	if args == nil {
+		args = []string{} // nil would make cobra read os.Args
 	}
-	if args[0] == "--version" || args[0] == "-version" {
-		args = []string{"version"}
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return out.code
 	}
-	c, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(env.stderr, "meshhost: unknown command %q\n\n", args[0])
-		usage(env.stderr)
-		return 2
+	code := out.code
+	var ue usageError
+	switch {
+	case !out.ran, errors.As(err, &ue):
+		// cobra's own errors (an unknown command or flag, wrong
+		// arguments) come before the command runs.
+		code = exitUsage
+	case code == exitOK:
+		code = exitError
 	}
-	code, err := c.run(ctx, env, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(env.stderr, "%smeshhost %s: %v\n", logging.ErrorPrefix(env.stderr, env.getenv), c.name, err)
-		if code == 0 {
-			code = 1
-		}
-	}
+	printError(env, cmd, err, code == exitUsage, wantsJSON(args))
 	return code
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "meshhost keeps this machine's containers matching the mesh's declaration")
-	fmt.Fprintln(w, "and serves the mesh's names to them.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Usage: meshhost COMMAND [flags]")
-	fmt.Fprintln(w)
+// wantsJSON reports whether the command line asks for --output json, for
+// an error found before its flags were all parsed.
+func wantsJSON(args []string) bool {
+	for i, a := range args {
+		if a == "--output=json" || a == "--output" && i+1 < len(args) && args[i+1] == "json" {
+			return true
+		}
+	}
+	return false
+}
+
+// printError prints err for cmd: as {"error": ..., "faults": [...]} on
+// stdout when its --output is json (or asJSON), else on stderr.
+func printError(env *environment, cmd *cobra.Command, err error, usage, asJSON bool) {
+	if f := cmd.Flags().Lookup("output"); asJSON || f != nil && f.Value.String() == "json" {
+		out := struct {
+			Error  string  `json:"error"`
+			Faults []fault `json:"faults"`
+		}{err.Error(), faultsOf(err)}
+		json.NewEncoder(env.stdout).Encode(out)
+		return
+	}
+	fmt.Fprintf(env.stderr, "%s%s: %v\n", logging.ErrorPrefix(env.stderr, env.getenv), cmd.CommandPath(), err)
+	if usage {
+		fmt.Fprintf(env.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+}
+
+// fault is one entry of a JSON error's faults: a path in a document (empty
+// when none) and what is wrong there.
+type fault struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// faultsOf lists err's faults: each *spec.FieldError it joins, else err.
+func faultsOf(err error) []fault {
+	errs := []error{err}
+	for {
+		j, ok := errs[0].(interface{ Unwrap() []error })
+		if len(errs) != 1 || !ok {
+			break
+		}
+		errs = j.Unwrap()
+	}
+	out := []fault{}
+	for _, e := range errs {
+		var fe *spec.FieldError
+		if errors.As(e, &fe) {
+			out = append(out, fault{fe.Path, fe.Reason})
+		} else {
+			out = append(out, fault{"", e.Error()})
+		}
+	}
+	return out
+}
+
+// newRoot returns the meshhost command with every registered command;
+// out receives what the one that runs says.
+func newRoot(ctx context.Context, env *environment, out *outcome) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "meshhost",
+		Short: "keep this machine's containers matching the mesh's declaration, and serve the mesh's names to them",
+		Long: "meshhost keeps this machine's containers matching the mesh's declaration\n" +
+			"and serves the mesh's names to them.\n\n" +
+			"Exit codes: 0 ok, 1 error, 2 the plan has changes (plan), 3 a probe or\n" +
+			"lookup failed (probe, dns-check), 64 usage.",
+		Version:       buildinfo.Get().String(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetOut(env.stdout)
+	root.SetErr(env.stderr)
+	root.SetContext(ctx)
+	root.SetVersionTemplate("meshhost {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+		root.AddCommand(cobraCommand(env, commands[n], out))
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run `meshhost COMMAND -h` for a command's flags.")
+	return root
 }
 
-// newFlagSet returns a flag set that reports errors instead of exiting.
-func newFlagSet(env *environment, name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("meshhost "+name, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	return fs
+// cobraCommand makes c a cobra command: its flags defined by c.define on a
+// flag set of the standard library, bridged to cobra's, so that help, the
+// man pages and completion list them.
+func cobraCommand(env *environment, c command, out *outcome) *cobra.Command {
+	cc := &cobra.Command{
+		Use:       strings.TrimSpace(c.name + " " + c.use),
+		Short:     c.summary,
+		Long:      strings.TrimSpace(c.summary + "\n\n" + c.long),
+		Args:      argsOrUsage(c.args),
+		ValidArgs: c.valid,
+		Hidden:    c.hidden,
+	}
+	finish := func(code int, err error) error {
+		var ue usageError
+		if errors.As(err, &ue) {
+			code = exitUsage
+		}
+		out.ran, out.code = true, code
+		return err
+	}
+	if c.raw != nil {
+		cc.DisableFlagParsing = true
+		cc.Args = nil
+		cc.RunE = func(cmd *cobra.Command, args []string) error {
+			return finish(c.raw(env)(cmd.Context(), args))
+		}
+		return cc
+	}
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	runIt := c.define(env, fs)
+	cc.Flags().AddGoFlagSet(fs)
+	cc.Flags().SortFlags = false
+	cc.RunE = func(cmd *cobra.Command, args []string) error {
+		if f := cmd.Flags().Lookup("output"); f != nil {
+			if err := checkOutput(f.Value.String()); err != nil {
+				return finish(exitUsage, err)
+			}
+		}
+		return finish(runIt(withGivenFlags(cmd), args))
+	}
+	return cc
+}
+
+type givenFlagsKey struct{}
+
+// withGivenFlags is cmd's context carrying the names of the flags its
+// command line set. pflag sets the Go flag set's values directly, so the
+// Go set's Visit sees none of them: `--config` needs them to let the
+// command line win over the file (flagfile.Apply).
+func withGivenFlags(cmd *cobra.Command) context.Context {
+	given := map[string]bool{}
+	cmd.Flags().Visit(func(f *pflag.Flag) { given[f.Name] = true })
+	return context.WithValue(cmd.Context(), givenFlagsKey{}, given)
+}
+
+// givenFlags is the set withGivenFlags recorded, nil when none was (a Go
+// flag set parsed on its own, whose Visit then tells).
+func givenFlags(ctx context.Context) map[string]bool {
+	given, _ := ctx.Value(givenFlagsKey{}).(map[string]bool)
+	return given
+}
+
+// argsOrUsage is check with its errors made usage errors; nil takes no
+// positional arguments.
+func argsOrUsage(check cobra.PositionalArgs) cobra.PositionalArgs {
+	if check == nil {
+		check = cobra.NoArgs
+	}
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"github.com/spf13/cobra"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -18,114 +20,114 @@ import (
 )
 
 func init() {
-	register(command{name: "migrate", summary: "show, pause or resume the switch from copied names to the resolver", run: runMigrate})
+	register(command{name: "migrate", use: "status|pause|resume", summary: "show, pause or resume the switch from copied names to the resolver",
+		args: cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs), valid: []string{"status", "pause", "resume"}, define: defineMigrate})
 }
 
-func runMigrate(ctx context.Context, env *environment, args []string) (int, error) {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(env.stderr, "Usage: meshhost migrate status|pause|resume [--state DIR] [--podman URI] [--machine NAME] [--output json]")
-		return 2, nil
-	}
-	sub := args[0]
-	fs := newFlagSet(env, "migrate "+sub)
+func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 	stateDir := fs.String("state", statedir.Default, "the agent's state `DIR`")
 	machine := fs.String("machine", "", "the machine whose containers to list (default: the one of the declaration the agent applied last, else the host name, as the agent's)")
 	socket := fs.String("podman", "", "podman API socket URI, to list the containers (default $MESHHOST_PODMAN_SOCKET or $CONTAINER_HOST)")
 	output := fs.String("output", "text", "output format: text or json")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2, err
-	}
-	dir := statedir.New(*stateDir)
-	owner := *machine
-	if owner == "" {
-		owner = defaultMachine()
-		if d, err := agent.LoadDeclaration(dir); err == nil && d != nil {
-			owner = d.Machine
-		}
-	}
-	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: owner})
-	if err != nil {
-		return 1, err
-	}
-	switch sub {
-	case "pause":
-		return 0, gate.Pause()
-	case "resume":
-		return 0, gate.Resume()
-	case "status":
-	default:
-		return 2, fmt.Errorf("unknown subcommand %q; want status, pause or resume", sub)
-	}
-
-	*socket = podmanSocket(env, *socket)
-	var observed []reconcile.Observed
-	var listErr string
-	if *socket != "" {
-		p, err := podman.New(ctx, *socket, nil)
-		if err == nil {
-			observed, err = p.List(ctx)
-		}
+	return func(ctx context.Context, args []string) (int, error) {
+		sub := args[0]
+		dir, err := existingState(*stateDir)
 		if err != nil {
-			listErr = err.Error()
+			return 1, err
 		}
-	} else {
-		listErr = "no podman socket given (--podman): containers not listed"
-	}
-	st := gate.State()
-	containers := gate.Status(gate.ObservedContainers(observed), observed, nil)
-	if *output == "json" {
-		return 0, json.NewEncoder(env.stdout).Encode(struct {
-			State      *migrations.State            `json:"state"`
-			Containers []migrations.ContainerStatus `json:"containers"`
-			ListError  string                       `json:"list_error,omitempty"`
-		}{st, containers, listErr})
-	}
-	paused := ""
-	if st.Paused {
-		paused = fmt.Sprintf(" (PAUSED since %s)", st.PausedAt.Format(time.RFC3339))
-	}
-	fmt.Fprintf(env.stdout, "flag: %s%s\n\n", cmp.Or(string(st.Flag), "off"), paused)
-	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NETWORK\tKIND\tMODE\tSTRATEGY\tLAST PROBE\tRESULT\tREASON")
-	names := make([]string, 0, len(st.Networks))
-	for n, ns := range st.Networks {
-		if ns.Present {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		ns := st.Networks[n]
-		mode, strategy, at, res, reason := "copy", "-", "never", "-", ""
-		if ns.Resolve {
-			mode = "resolve"
-		}
-		if ns.Proven != nil {
-			strategy = string(ns.Proven.Strategy)
-		}
-		if ns.Last != nil {
-			at, reason = ns.Last.At.Format(time.RFC3339), ns.Last.Reason
-			res = "pass"
-			if !ns.Last.Pass {
-				res = fmt.Sprintf("FAIL (%d in a row)", ns.Failures)
+		owner := *machine
+		if owner == "" {
+			owner = defaultMachine()
+			if d, err := agent.LoadDeclaration(dir); err == nil && d != nil {
+				owner = d.Machine
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n, ns.Kind, mode, strategy, at, res, reason)
+		gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: owner})
+		if err != nil {
+			return 1, err
+		}
+		switch sub {
+		case "pause":
+			return 0, gate.Pause()
+		case "resume":
+			return 0, gate.Resume()
+		case "status":
+		}
+
+		*socket = podmanSocket(env, *socket)
+		var observed []reconcile.Observed
+		var listErr string
+		if *socket != "" {
+			p, err := podman.New(ctx, *socket, nil)
+			if err == nil {
+				observed, err = p.List(ctx)
+			}
+			if err != nil {
+				listErr = err.Error()
+			}
+		} else {
+			listErr = "no podman socket given (--podman): containers not listed"
+		}
+		st := gate.State()
+		containers := gate.Status(gate.ObservedContainers(observed), observed, nil)
+		if *output == "json" {
+			code := 0
+			if listErr != "" {
+				code = 1 // as the text says it
+			}
+			return code, json.NewEncoder(env.stdout).Encode(struct {
+				State      migrateStateJSON             `json:"state"`
+				Containers []migrations.ContainerStatus `json:"containers"`
+				ListError  string                       `json:"list_error,omitempty"`
+			}{migrateStateOf(st), orEmpty(containers), listErr})
+		}
+		paused := ""
+		if st.Paused {
+			paused = fmt.Sprintf(" (PAUSED since %s)", st.PausedAt.Format(time.RFC3339))
+		}
+		fmt.Fprintf(env.stdout, "flag: %s%s\n\n", cmp.Or(string(st.Flag), "off"), paused)
+		tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NETWORK\tKIND\tMODE\tSTRATEGY\tLAST PROBE\tRESULT\tREASON")
+		names := make([]string, 0, len(st.Networks))
+		for n, ns := range st.Networks {
+			if ns.Present {
+				names = append(names, n)
+			}
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			ns := st.Networks[n]
+			mode, strategy, at, res, reason := "copy", "-", "never", "-", ""
+			if ns.Resolve {
+				mode = "resolve"
+			}
+			if ns.Proven != nil {
+				strategy = string(ns.Proven.Strategy)
+			}
+			if ns.Last != nil {
+				at, reason = ns.Last.At.Format(time.RFC3339), ns.Last.Reason
+				res = "pass"
+				if !ns.Last.Pass {
+					res = fmt.Sprintf("FAIL (%d in a row)", ns.Failures)
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n, ns.Kind, mode, strategy, at, res, reason)
+		}
+		tw.Flush()
+		fmt.Fprintln(env.stdout)
+		if listErr != "" {
+			fmt.Fprintf(env.stdout, "containers: %s\n", listErr)
+			return 1, nil
+		}
+		counts := map[migrations.Phase]int{}
+		tw = tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "CONTAINER\tNETWORKS\tCURRENT\tTARGET\tPHASE\tREASON")
+		for _, c := range containers {
+			counts[c.Phase]++
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, strings.Join(c.Networks, ","), cmp.Or(string(c.Current), "-"), c.Target, c.Phase, c.Reason)
+		}
+		tw.Flush()
+		fmt.Fprintf(env.stdout, "\n%d done, %d pending, %d failed\n", counts[migrations.PhaseDone], counts[migrations.PhasePending], counts[migrations.PhaseFailed])
+		return 0, nil
 	}
-	tw.Flush()
-	fmt.Fprintln(env.stdout)
-	if listErr != "" {
-		fmt.Fprintf(env.stdout, "containers: %s\n", listErr)
-		return 1, nil
-	}
-	counts := map[migrations.Phase]int{}
-	tw = tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTAINER\tNETWORKS\tCURRENT\tTARGET\tPHASE\tREASON")
-	for _, c := range containers {
-		counts[c.Phase]++
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, strings.Join(c.Networks, ","), cmp.Or(string(c.Current), "-"), c.Target, c.Phase, c.Reason)
-	}
-	tw.Flush()
-	fmt.Fprintf(env.stdout, "\n%d done, %d pending, %d failed\n", counts[migrations.PhaseDone], counts[migrations.PhasePending], counts[migrations.PhaseFailed])
-	return 0, nil
 }

@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(command{name: "publish", summary: "write a roster and declarations into the NATS JetStream buckets agents watch (what a controller does)", run: runPublish})
+	register(command{name: "publish", summary: "write a roster and declarations into the NATS JetStream buckets agents watch (what a controller does)", define: definePublish})
 }
 
 // natsFlags are the options of a NATS roster source, shared by the agent
@@ -89,8 +89,7 @@ type declarationFiles []string
 func (d *declarationFiles) String() string     { return strings.Join(*d, ",") }
 func (d *declarationFiles) Set(v string) error { *d = append(*d, v); return nil }
 
-func runPublish(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "publish")
+func definePublish(env *environment, fs *flag.FlagSet) runner {
 	url := fs.String("nats", "", "the NATS server: nats://HOST:4222 or tls://HOST:4222 (default $MESHHOST_NATS_URL)")
 	nf := addNATSFlags(fs)
 	rosterPath := fs.String("roster", "", "a roster `file` to publish (default: the roster of the declarations)")
@@ -98,96 +97,95 @@ func runPublish(ctx context.Context, env *environment, args []string) (int, erro
 	fs.Var(&decls, "declaration", "a machine's declaration `file` to publish (repeatable); its roster is published first unless --roster is given")
 	output := fs.String("output", "text", "output format: text or json")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		return 2, err
-	}
-	if *url == "" {
-		*url = env.getenv("MESHHOST_NATS_URL")
-	}
-	if *url == "" {
-		return 2, errors.New("no NATS server: pass --nats nats://HOST:4222")
-	}
-	if *rosterPath == "" && len(decls) == 0 {
-		return 2, errors.New("nothing to publish: pass --roster FILE and/or --declaration FILE")
-	}
+	return func(ctx context.Context, args []string) (int, error) {
+		if *url == "" {
+			*url = env.getenv("MESHHOST_NATS_URL")
+		}
+		if *url == "" {
+			return exitUsage, errors.New("no NATS server: pass --nats nats://HOST:4222")
+		}
+		if *rosterPath == "" && len(decls) == 0 {
+			return exitUsage, errors.New("nothing to publish: pass --roster FILE and/or --declaration FILE")
+		}
 
-	// Everything is read and checked before anything is written.
-	var roster *spec.Roster
-	var parsed []*spec.Declaration
-	for _, path := range decls {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return 1, err
+		// Everything is read and checked before anything is written.
+		var roster *spec.Roster
+		var parsed []*spec.Declaration
+		for _, path := range decls {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return 1, err
+			}
+			d, err := specjson.ParseDeclaration(data)
+			if err != nil {
+				return 1, fmt.Errorf("%s: %w", path, err)
+			}
+			parsed = append(parsed, d)
 		}
-		d, err := specjson.ParseDeclaration(data)
-		if err != nil {
-			return 1, fmt.Errorf("%s: %w", path, err)
-		}
-		parsed = append(parsed, d)
-	}
-	if *rosterPath != "" {
-		data, err := os.ReadFile(*rosterPath)
-		if err != nil {
-			return 1, err
-		}
-		if roster, err = specjson.ParseRoster(data); err != nil {
-			return 1, fmt.Errorf("%s: %w", *rosterPath, err)
-		}
-	} else {
-		roster = parsed[0].Roster
-		for i, d := range parsed[1:] {
-			if d.Roster.Generation != roster.Generation {
-				return 1, fmt.Errorf("%s carries roster generation %d, %s carries %d: pass the roster with --roster", decls[i+1], d.Roster.Generation, decls[0], roster.Generation)
+		if *rosterPath != "" {
+			data, err := os.ReadFile(*rosterPath)
+			if err != nil {
+				return 1, err
+			}
+			if roster, err = specjson.ParseRoster(data); err != nil {
+				return 1, fmt.Errorf("%s: %w", *rosterPath, err)
+			}
+		} else {
+			roster = parsed[0].Roster
+			for i, d := range parsed[1:] {
+				if d.Roster.Generation != roster.Generation {
+					return 1, fmt.Errorf("%s carries roster generation %d, %s carries %d: pass the roster with --roster", decls[i+1], d.Roster.Generation, decls[0], roster.Generation)
+				}
 			}
 		}
-	}
 
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	nc, err := nf.server(*url, "meshhost publish").Connect()
-	if err != nil {
-		return 1, err
-	}
-	defer nc.Close()
-	p, err := natssource.NewPublisher(nc, natssource.LayoutFor(*nf.prefix))
-	if err != nil {
-		return 1, err
-	}
-	if err := p.EnsureBuckets(ctx); err != nil {
-		return 1, err
-	}
-	type machineResult struct {
-		Machine    string `json:"machine"`
-		Generation uint64 `json:"generation"`
-		Revision   uint64 `json:"revision"`
-	}
-	out := struct {
-		Roster   natssource.Result `json:"roster"`
-		Machines []machineResult   `json:"machines"`
-	}{Machines: []machineResult{}}
-	// The roster first: a container declared next may need a new name.
-	if out.Roster, err = p.PublishRoster(ctx, roster); err != nil {
-		return 1, fmt.Errorf("publishing the roster: %w", err)
-	}
-	for _, d := range parsed {
-		rev, err := p.PublishDeclaration(ctx, d)
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		nc, err := nf.server(*url, "meshhost publish").Connect()
 		if err != nil {
-			return 1, fmt.Errorf("publishing the declaration of %s: %w", d.Machine, err)
+			return 1, err
 		}
-		out.Machines = append(out.Machines, machineResult{d.Machine, d.Generation, rev})
+		defer nc.Close()
+		p, err := natssource.NewPublisher(nc, natssource.LayoutFor(*nf.prefix))
+		if err != nil {
+			return 1, err
+		}
+		if err := p.EnsureBuckets(ctx); err != nil {
+			return 1, err
+		}
+		type machineResult struct {
+			Machine    string `json:"machine"`
+			Generation uint64 `json:"generation"`
+			Revision   uint64 `json:"revision"`
+		}
+		out := struct {
+			Roster   natssource.Result `json:"roster"`
+			Machines []machineResult   `json:"machines"`
+		}{Machines: []machineResult{}}
+		// The roster first: a container declared next may need a new name.
+		if out.Roster, err = p.PublishRoster(ctx, roster); err != nil {
+			return 1, fmt.Errorf("publishing the roster: %w", err)
+		}
+		for _, d := range parsed {
+			rev, err := p.PublishDeclaration(ctx, d)
+			if err != nil {
+				return 1, fmt.Errorf("publishing the declaration of %s: %w", d.Machine, err)
+			}
+			out.Machines = append(out.Machines, machineResult{d.Machine, d.Generation, rev})
+		}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(out)
+		}
+		r := out.Roster
+		if r.Unchanged {
+			fmt.Fprintf(env.stdout, "roster generation %d: committed already, unchanged\n", r.Generation)
+		} else {
+			fmt.Fprintf(env.stdout, "roster generation %d (was %d): %d names, %d set, %d removed, committed through revision %d (%d bytes written)\n",
+				r.Generation, r.Previous, r.Names, r.Set, r.Removed, r.Revision, r.Bytes)
+		}
+		for _, m := range out.Machines {
+			fmt.Fprintf(env.stdout, "declaration of %s: generation %d at revision %d\n", m.Machine, m.Generation, m.Revision)
+		}
+		return 0, nil
 	}
-	if *output == "json" {
-		return 0, json.NewEncoder(env.stdout).Encode(out)
-	}
-	r := out.Roster
-	if r.Unchanged {
-		fmt.Fprintf(env.stdout, "roster generation %d: committed already, unchanged\n", r.Generation)
-	} else {
-		fmt.Fprintf(env.stdout, "roster generation %d (was %d): %d names, %d set, %d removed, committed through revision %d (%d bytes written)\n",
-			r.Generation, r.Previous, r.Names, r.Set, r.Removed, r.Revision, r.Bytes)
-	}
-	for _, m := range out.Machines {
-		fmt.Fprintf(env.stdout, "declaration of %s: generation %d at revision %d\n", m.Machine, m.Generation, m.Revision)
-	}
-	return 0, nil
 }

@@ -130,6 +130,8 @@ func TestAgentNATSSource(t *testing.T) {
 		t.Errorf("publish said:\n%s", out)
 	}
 	t.Cleanup(func() { deleteBuckets(t, url, prefix) })
+	// The same again, as JSON: its shape is golden.
+	checkGolden(t, "publish.shape", jsonShape(t, publishCmd(t, "--nats", url, "--nats-buckets", prefix, "--declaration", declPath, "--output", "json")))
 
 	g := newGate(t, url)
 	dnsAddr, httpAddr := dnstest.FreePort(t), dnstest.FreePort(t)

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/spf13/cobra"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/meshhost/meshhost/digest"
 	"github.com/meshhost/meshhost/internal/agent"
@@ -24,13 +26,19 @@ import (
 )
 
 func init() {
-	register(command{name: "plan", summary: "dry run: what a pass would do, and why (exit 0: nothing, 2: changes)", run: runPlan})
-	register(command{name: "explain", summary: "why a container would be replaced, field by field, old and new", run: runExplain})
+	register(command{name: "plan", summary: "dry run: what a pass would do, and why (exit 0: nothing, 2: changes)", define: definePlan})
+	register(command{name: "explain", use: "CONTAINER", args: cobra.ExactArgs(1), summary: "why a container would be replaced, field by field, old and new", define: defineExplain})
 }
 
 // planFlags are the flags plan and explain share.
 type planFlags struct {
 	declaration, state, socket, output *string
+	// showValues prints env and label values in changes, for a person at a
+	// terminal; without it they show as a key and short hashes.
+	showValues *bool
+	// holdAbove is the blast-radius hold to judge the plan by; -1: the
+	// agent's, as its status.json says.
+	holdAbove *int
 }
 
 func addPlanFlags(fs *flag.FlagSet) planFlags {
@@ -39,13 +47,31 @@ func addPlanFlags(fs *flag.FlagSet) planFlags {
 		state:       fs.String("state", statedir.Default, "the agent's state directory (served roster, migration state, saved declaration)"),
 		socket:      fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)"),
 		output:      fs.String("output", "text", "output format: text or json"),
+		holdAbove:   fs.Int("hold-above", -1, "judge the plan's blast radius by this --hold-above (default: the agent's, from STATE/status.json, else 5)"),
+		showValues:  fs.Bool("show-values", false, "show env and label values in changes (they may be secrets: for a person at a terminal, never for logs); without it a change shows the key and a short hash of the old and new value"),
 	}
+}
+
+// changes returns cs as the output shows them: with values when
+// --show-values is given.
+func (f planFlags) changes(cs []digest.Change) []digest.Change {
+	if !*f.showValues {
+		return cs
+	}
+	out := make([]digest.Change, len(cs))
+	for i, c := range cs {
+		out[i] = c.WithValues()
+	}
+	return out
 }
 
 // plan computes, without changing anything, what the agent's next pass
 // would do for the declaration (planPass).
 func (f planFlags) plan(ctx context.Context, env *environment) (*planned, error) {
-	dir := statedir.New(*f.state)
+	dir, err := existingState(*f.state)
+	if err != nil {
+		return nil, err
+	}
 	var decl *spec.Declaration
 	if *f.declaration != "" {
 		data, err := os.ReadFile(*f.declaration)
@@ -69,13 +95,22 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*planned, error)
 	if err != nil {
 		return nil, err
 	}
-	return planPass(ctx, dir, decl, rt, inPlace)
+	holdAbove := *f.holdAbove
+	if holdAbove < 0 {
+		holdAbove = agent.DefaultHoldAbove
+		if st, err := agent.LoadStatus(dir); err == nil && st != nil {
+			holdAbove = st.HoldAbove
+		}
+	}
+	return planPass(ctx, dir, decl, rt, inPlace, holdAbove)
 }
 
-// planned is what planPass found: the pass, and the roster it renders with.
+// planned is what planPass found: the pass, the roster it renders with,
+// and the freeze in force (nil: none).
 type planned struct {
 	*pass.Computed
 	Roster pass.Roster
+	Frozen *agent.Freeze
 }
 
 // planPass computes what the agent's next pass would do for decl on rt,
@@ -86,7 +121,10 @@ type planned struct {
 // The gate works on a copy of its state: a dry run never writes anything.
 // What it cannot foresee is what the pass itself would learn first (a probe
 // of a network changing its mode).
-func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, rt reconcile.Runtime, inPlace bool) (*planned, error) {
+//
+// The blast-radius hold is judged with holdAbove and the generation the
+// operator approved, as the agent judges it.
+func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, rt reconcile.Runtime, inPlace bool, holdAbove int) (*planned, error) {
 	var served *spec.Roster
 	if data, err := os.ReadFile(dir.Roster()); err == nil {
 		if served, err = specjson.ParseRoster(data); err != nil {
@@ -124,11 +162,13 @@ func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, rt 
 	if err != nil {
 		return nil, err
 	}
-	c, err := pass.Compute(ctx, pass.Input{Declaration: decl, Roster: roster.InForce, Gate: gate, Observed: observed, Planner: rec})
+	c, err := pass.Compute(ctx, pass.Input{Declaration: decl, Roster: roster.InForce, Gate: gate, Observed: observed, Planner: rec,
+		HoldAbove: holdAbove, Approved: func() uint64 { return agent.ApprovedDeclaration(dir) }})
 	if err != nil {
 		return nil, err
 	}
-	return &planned{Computed: c, Roster: roster}, nil
+	frozen, _ := agent.Frozen(dir) // unreadable: frozen all the same
+	return &planned{Computed: c, Roster: roster, Frozen: frozen}, nil
 }
 
 // actionJSON is one action of `meshhost plan --output json`.
@@ -139,39 +179,51 @@ type actionJSON struct {
 	Changes   []digest.Change `json:"changes,omitempty"`
 }
 
-func runPlan(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "plan")
+func definePlan(env *environment, fs *flag.FlagSet) runner {
 	f := addPlanFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2, err
-	}
-	if *f.output != "text" && *f.output != "json" {
-		return 2, fmt.Errorf("--output %q: want text or json", *f.output)
-	}
-	pl, err := f.plan(ctx, env)
-	if err != nil {
-		return 1, err
-	}
-	p := pl.Plan
-	changes := p.Changes()
-	code := 0
-	if len(changes) > 0 {
-		code = 2
-	}
-	if *f.output == "json" {
-		out := struct {
-			Actions   []actionJSON `json:"actions"`
-			Unmanaged int          `json:"unmanaged_left_alone"`
-			Roster    rosterJSON   `json:"roster"`
-		}{Actions: []actionJSON{}, Unmanaged: p.Unmanaged, Roster: rosterOf(pl.Roster)}
-		for _, a := range changes {
-			out.Actions = append(out.Actions, actionJSON{string(a.Kind), a.Name, a.Reason, a.Changes})
+	return func(ctx context.Context, args []string) (int, error) {
+		if *f.output != "text" && *f.output != "json" {
+			return exitUsage, fmt.Errorf("--output %q: want text or json", *f.output)
 		}
-		return code, json.NewEncoder(env.stdout).Encode(out)
+		pl, err := f.plan(ctx, env)
+		if err != nil {
+			return 1, err
+		}
+		p := pl.Plan
+		changes := p.Changes()
+		code := 0
+		if len(changes) > 0 {
+			code = 2
+		}
+		if *f.output == "json" {
+			out := struct {
+				Actions   []actionJSON  `json:"actions"`
+				Unmanaged int           `json:"unmanaged_left_alone"`
+				Roster    rosterJSON    `json:"roster"`
+				Held      *pass.Hold    `json:"held,omitempty"`
+				Frozen    *agent.Freeze `json:"frozen,omitempty"`
+			}{Actions: []actionJSON{}, Unmanaged: p.Unmanaged, Roster: rosterOf(pl.Roster), Held: pl.Hold, Frozen: pl.Frozen}
+			for _, a := range changes {
+				out.Actions = append(out.Actions, actionJSON{string(a.Kind), a.Name, a.Reason, f.changes(a.Changes)})
+			}
+			return code, json.NewEncoder(env.stdout).Encode(out)
+		}
+		printRoster(env.stdout, pl.Roster)
+		printPlan(env.stdout, p, *f.showValues)
+		printControls(env.stdout, pl)
+		return code, nil
 	}
-	printRoster(env.stdout, pl.Roster)
-	printPlan(env.stdout, p)
-	return code, nil
+}
+
+// printControls says when the agent would not apply the plan: a
+// blast-radius hold, a freeze.
+func printControls(w io.Writer, pl *planned) {
+	if pl.Hold != nil {
+		fmt.Fprintln(w, pl.Hold)
+	}
+	if pl.Frozen != nil {
+		fmt.Fprintf(w, "the machine is frozen (since %s): the agent applies nothing of this plan until meshhost unfreeze\n", pl.Frozen.Since.UTC().Format(time.RFC3339))
+	}
 }
 
 // rosterJSON is the roster a planned pass renders with.
@@ -201,7 +253,9 @@ func printRoster(w io.Writer, r pass.Roster) {
 	}
 }
 
-func printPlan(w io.Writer, p *reconcile.Plan) {
+// printPlan prints p's changes, one a line; with showValues, each change
+// to env or labels follows on a line of its own with its values.
+func printPlan(w io.Writer, p *reconcile.Plan, showValues bool) {
 	changes := p.Changes()
 	if len(changes) == 0 {
 		fmt.Fprintf(w, "nothing to do: %d containers match their declaration\n", len(p.Actions))
@@ -212,62 +266,55 @@ func printPlan(w io.Writer, p *reconcile.Plan) {
 			fmt.Fprintf(w, ": %s", a.Reason)
 		}
 		fmt.Fprintln(w)
+		if showValues {
+			for _, c := range a.Changes {
+				if v := c.WithValues(); v.String() != c.String() {
+					fmt.Fprintf(w, "         %s\n", v)
+				}
+			}
+		}
 	}
 	if p.Unmanaged > 0 {
 		fmt.Fprintf(w, "(%d containers not managed by meshhost are left alone)\n", p.Unmanaged)
 	}
 }
 
-func runExplain(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "explain")
+func defineExplain(env *environment, fs *flag.FlagSet) runner {
 	f := addPlanFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: meshhost explain [flags] CONTAINER")
-		fs.PrintDefaults()
-	}
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 2, err
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return 2, errors.New("name one container")
-	}
-	name := pos[0]
-	pl, err := f.plan(ctx, env)
-	if err != nil {
-		return 1, err
-	}
-	for _, a := range pl.Plan.Actions {
-		if a.Name != name {
-			continue
+	return func(ctx context.Context, pos []string) (int, error) {
+		if len(pos) != 1 {
+			return exitUsage, errors.New("name one container")
 		}
-		if *f.output == "json" {
-			return 0, json.NewEncoder(env.stdout).Encode(actionJSON{string(a.Kind), a.Name, a.Reason, a.Changes})
+		name := pos[0]
+		pl, err := f.plan(ctx, env)
+		if err != nil {
+			return 1, err
 		}
-		fmt.Fprintf(env.stdout, "%s: %s", name, a.Kind)
-		if a.Reason != "" {
-			fmt.Fprintf(env.stdout, " (%s)", a.Reason)
+		for _, a := range pl.Plan.Actions {
+			if a.Name != name {
+				continue
+			}
+			if *f.output == "json" {
+				return 0, json.NewEncoder(env.stdout).Encode(actionJSON{string(a.Kind), a.Name, a.Reason, f.changes(a.Changes)})
+			}
+			fmt.Fprintf(env.stdout, "%s: %s", name, a.Kind)
+			if a.Reason != "" {
+				fmt.Fprintf(env.stdout, " (%s)", a.Reason)
+			}
+			fmt.Fprintln(env.stdout)
+			for _, c := range f.changes(a.Changes) {
+				fmt.Fprintf(env.stdout, "  %-12s %-7s %s\n", c.Field, c.Mutability, changeText(c))
+			}
+			return 0, nil
 		}
-		fmt.Fprintln(env.stdout)
-		for _, c := range a.Changes {
-			fmt.Fprintf(env.stdout, "  %-12s %-7s %s\n", c.Field, c.Mutability, changeText(c))
-		}
-		return 0, nil
+		return 1, fmt.Errorf("%q is neither declared nor a managed container", name)
 	}
-	return 1, fmt.Errorf("%q is neither declared nor a managed container", name)
 }
 
 func changeText(c digest.Change) string {
-	if len(c.Added)+len(c.Removed) > 0 {
-		var parts []string
-		for _, a := range c.Added {
-			parts = append(parts, "+"+a)
-		}
-		for _, r := range c.Removed {
-			parts = append(parts, "-"+r)
-		}
-		return strings.Join(parts, " ")
+	if len(c.Added)+len(c.Removed)+len(c.Changed) > 0 {
+		_, entries, _ := strings.Cut(c.String(), ": ")
+		return entries
 	}
 	return fmt.Sprintf("old %s  new %s", orDash(c.Old), orDash(c.New))
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/meshhost/meshhost/digest"
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
@@ -119,7 +120,7 @@ func TestPlanAgreesWithTheAgent(t *testing.T) {
 	if diff := cmp.Diff(did, announced); diff != "" {
 		t.Errorf("meshhost plan and the agent's pass differ (-agent +plan):\n%s", diff)
 	}
-	want := []step{{"replace", "web", "env: +ROLE=frontend -ROLE=web"}}
+	want := []step{{"replace", "web", "env: ~ROLE (" + digest.ValueHash("web") + "→" + digest.ValueHash("frontend") + ")"}}
 	if diff := cmp.Diff(want, did); diff != "" {
 		t.Errorf("the pass did (-want +got):\n%s", diff)
 	}

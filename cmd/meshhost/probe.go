@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net/netip"
 	"text/tabwriter"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/dnsstub"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/podman"
@@ -18,8 +18,15 @@ import (
 	"github.com/meshhost/meshhost/spec"
 )
 
+const probeLong = `Runs a short-lived probe container on every podman network, configured as a
+resolve-mode container there, with a resolver of its own (canary zone
+` + probeZone + `, forwarding to a stub on loopback), and prints one row per
+network. It binds the strategies' addresses itself, so while the agent holds
+them the rows say so: read the agent's results with meshhost migrate status.
+Exit 0 when every network passed, 3 when one failed.`
+
 func init() {
-	register(command{name: "probe", summary: "prove, network by network, that containers reach the resolver", run: runProbe})
+	register(command{name: "probe", summary: "prove, network by network, that containers reach the resolver", long: probeLong, define: defineProbe})
 }
 
 // probeZone and probeOutside are what the standalone probe's own resolver
@@ -33,8 +40,7 @@ const (
 
 var probeOutsideAddr = netip.MustParseAddr("192.0.2.53")
 
-func runProbe(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "probe")
+func defineProbe(env *environment, fs *flag.FlagSet) runner {
 	socket := fs.String("podman", "", "podman API socket URI (default $MESHHOST_PODMAN_SOCKET or $CONTAINER_HOST)")
 	stateDir := fs.String("state", "", "record the results in the migration state in `DIR` (as the agent does); default: only print them")
 	output := fs.String("output", "text", "output format: text or json")
@@ -42,100 +48,92 @@ func runProbe(ctx context.Context, env *environment, args []string) (int, error)
 	loopback := fs.String("loopback", migrations.DefaultLoopback, "the loopback address (127.0.0.0/8) of the aardvark strategy")
 	binary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the whole probe")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `Usage: meshhost probe [flags]
+	return func(ctx context.Context, args []string) (int, error) {
+		*socket = podmanSocket(env, *socket)
+		if *socket == "" {
+			return exitUsage, errors.New("no podman socket: give --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
+		}
+		nl, err := netip.ParseAddr(*nodeLocal)
+		if err != nil {
+			return exitUsage, fmt.Errorf("--node-local: %w", err)
+		}
+		lo, err := netip.ParseAddr(*loopback)
+		if err != nil {
+			return exitUsage, fmt.Errorf("--loopback: %w", err)
+		}
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
 
-Runs a short-lived probe container on every podman network, configured as a
-resolve-mode container there, with a resolver of its own (canary zone
-`+probeZone+`, forwarding to a stub on loopback), and prints one row per
-network. It binds the strategies' addresses itself, so while the agent holds
-them the rows say so: read the agent's results with meshhost migrate status.
-Exit 0 when every network passed, 3 when one failed.`)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2, err
-	}
-	*socket = podmanSocket(env, *socket)
-	if *socket == "" {
-		return 2, errors.New("no podman socket: give --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
-	}
-	nl, err := netip.ParseAddr(*nodeLocal)
-	if err != nil {
-		return 2, fmt.Errorf("--node-local: %w", err)
-	}
-	lo, err := netip.ParseAddr(*loopback)
-	if err != nil {
-		return 2, fmt.Errorf("--loopback: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-
-	p, err := podman.New(ctx, *socket, nil)
-	if err != nil {
-		return 1, err
-	}
-	bin := *binary
-	if bin == "" {
-		if bin, err = migrations.FindProbeBinary(); err != nil {
+		p, err := podman.New(ctx, *socket, nil)
+		if err != nil {
 			return 1, err
 		}
-	}
-	image, err := migrations.ProbeImage(ctx, p, bin)
-	if err != nil {
-		return 1, err
-	}
-	stub, err := startStubUpstream(ctx)
-	if err != nil {
-		return 1, err
-	}
-	srv, err := resolver.New(resolver.Config{Upstreams: []netip.AddrPort{stub}})
-	if err != nil {
-		return 1, err
-	}
-	defer srv.Close()
-	if err := srv.Update(&spec.Roster{Generation: 1, Zones: []string{probeZone}}); err != nil {
-		return 1, err
-	}
-	runner, err := migrations.NewRunner(migrations.RunnerConfig{
-		Runtime: p, Resolver: srv, Image: image, Zone: probeZone,
-		Outside: probeOutside, OutsideWant: probeOutsideAddr, NodeLocal: nl, Loopback: lo,
-	})
-	if err != nil {
-		return 1, err
-	}
-	var prefer map[string]migrations.Strategy
-	var gate *migrations.Gate
-	if *stateDir != "" {
-		if gate, err = migrations.OpenGate(migrations.GateConfig{Path: statedir.New(*stateDir).Migrations()}); err != nil {
+		bin := *binary
+		if bin == "" {
+			if bin, err = migrations.FindProbeBinary(); err != nil {
+				return 1, err
+			}
+		}
+		image, err := migrations.ProbeImage(ctx, p, bin)
+		if err != nil {
 			return 1, err
 		}
-		prefer = gate.Strategies()
-	}
-	nets, err := p.Networks(ctx)
-	if err != nil {
-		return 1, err
-	}
-	results := runner.Probe(ctx, nets, prefer)
-	if gate != nil {
-		if _, err := gate.Observe(nets); err != nil {
+		stub, err := startStubUpstream(ctx)
+		if err != nil {
 			return 1, err
 		}
-		if err := gate.Record(results); err != nil {
+		srv, err := resolver.New(resolver.Config{Upstreams: []netip.AddrPort{stub}})
+		if err != nil {
 			return 1, err
 		}
-	}
-	code := 0
-	for _, r := range results {
-		if !r.Pass {
-			code = 3
+		defer srv.Close()
+		if err := srv.Update(&spec.Roster{Generation: 1, Zones: []string{probeZone}}); err != nil {
+			return 1, err
 		}
+		runner, err := migrations.NewRunner(migrations.RunnerConfig{
+			Runtime: p, Resolver: srv, Image: image, Zone: probeZone,
+			Outside: probeOutside, OutsideWant: probeOutsideAddr, NodeLocal: nl, Loopback: lo,
+		})
+		if err != nil {
+			return 1, err
+		}
+		var prefer map[string]migrations.Strategy
+		var gate *migrations.Gate
+		if *stateDir != "" {
+			dir, err := existingState(*stateDir)
+			if err != nil {
+				return exitError, err
+			}
+			if gate, err = migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations()}); err != nil {
+				return 1, err
+			}
+			prefer = gate.Strategies()
+		}
+		nets, err := p.Networks(ctx)
+		if err != nil {
+			return 1, err
+		}
+		results := runner.Probe(ctx, nets, prefer)
+		if gate != nil {
+			if _, err := gate.Observe(nets); err != nil {
+				return 1, err
+			}
+			if err := gate.Record(results); err != nil {
+				return 1, err
+			}
+		}
+		code := 0
+		for _, r := range results {
+			if !r.Pass {
+				code = 3
+			}
+		}
+		if *output == "json" {
+			return code, json.NewEncoder(env.stdout).Encode(probeJSON(results))
+		}
+		printProbeTable(env, results)
+		return code, nil
 	}
-	if *output == "json" {
-		return code, json.NewEncoder(env.stdout).Encode(results)
-	}
-	printProbeTable(env, results)
-	return code, nil
 }
 
 func printProbeTable(env *environment, results []migrations.Result) {

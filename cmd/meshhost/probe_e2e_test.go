@@ -26,11 +26,12 @@ func TestProbeCommand(t *testing.T) {
 		"--loopback", "127.53.0.98"}
 
 	code, out, stderr := runCLI(t, nil, append(args, "--output", "json")...)
-	var results []migrations.Result
+	var results []probeResultJSON
 	if err := json.Unmarshal([]byte(out), &results); err != nil {
 		t.Fatalf("meshhost probe --output json (exit %d): %v\n%s\n%s", code, err, out, stderr)
 	}
-	rows := map[string]migrations.Result{}
+	checkGolden(t, "probe.shape", jsonShape(t, out))
+	rows := map[string]probeResultJSON{}
 	failed := false
 	for _, r := range results {
 		rows[r.Network] = r
@@ -40,12 +41,12 @@ func TestProbeCommand(t *testing.T) {
 	if want := map[bool]int{true: 3, false: 0}[failed]; code != want {
 		t.Errorf("meshhost probe exited %d, want %d (a network failed: %v)", code, want, failed)
 	}
-	if r := rows["podman"]; !r.Pass || r.Strategy != migrations.StrategyGateway {
+	if r := rows["podman"]; !r.Pass || r.Strategy != string(migrations.StrategyGateway) {
 		t.Errorf("podman's default network: pass=%v strategy=%s, want a pass through its gateway: %s", r.Pass, r.Strategy, r.Reason)
 	}
 	r := rows[dnsNet]
 	if v.AtLeast(4, 4) {
-		if !r.Pass || r.Strategy != migrations.StrategyAardvark {
+		if !r.Pass || r.Strategy != string(migrations.StrategyAardvark) {
 			t.Errorf("podman %s, DNS-enabled network: pass=%v strategy=%s, want a pass through aardvark-dns: %s", v, r.Pass, r.Strategy, r.Reason)
 		}
 	} else if r.Pass || !strings.Contains(r.Reason, "aardvark: ") || !strings.Contains(r.Reason, "node-local: node-local address 169.254.53.98 is not assigned") {

@@ -116,8 +116,8 @@ func TestResolverCommandUsage(t *testing.T) {
 	} {
 		stderr := &syncbuf.Buffer{}
 		env := &environment{stdout: &syncbuf.Buffer{}, stderr: stderr, getenv: func(string) string { return "" }}
-		if code := run(context.Background(), env, args); code != 2 {
-			t.Errorf("meshhost %v exited %d, want 2\n%s", args, code, stderr)
+		if code := run(context.Background(), env, args); code != exitUsage {
+			t.Errorf("meshhost %v exited %d, want %d (usage)\n%s", args, code, exitUsage, stderr)
 		}
 	}
 }
@@ -130,5 +130,62 @@ func TestResolverCommandBadRoster(t *testing.T) {
 	code := run(context.Background(), env, []string{"resolver", "--roster", roster, "--listen", dnstest.FreePort(t).String(), "--upstream", "127.0.0.1:9"})
 	if code != 1 || !strings.Contains(stderr.String(), `names[\"-x.internal\"]`) && !strings.Contains(stderr.String(), `names["-x.internal"]`) {
 		t.Errorf("meshhost resolver with an invalid roster exited %d, want 1 and the entry named:\n%s", code, stderr)
+	}
+}
+
+// TestResolverCommandGenerationsCannotLie: a roster file that repeats the
+// served generation is taken as unchanged only when it names the same
+// addresses; with other addresses, or with an older generation, it is
+// refused, logged with the generation and what differs, and the served
+// roster stays.
+func TestResolverCommandGenerationsCannotLie(t *testing.T) {
+	dir := t.TempDir()
+	roster := filepath.Join(dir, "roster.json")
+	writeAtomic(t, roster, `{"generation": 5, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.7"], "db.novox.internal": ["10.89.0.8"]}}`)
+	addr := dnstest.FreePort(t)
+	stderr := &syncbuf.Buffer{}
+	env := &environment{stdout: &syncbuf.Buffer{}, stderr: stderr, getenv: func(string) string { return "" }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, env, []string{"resolver", "--roster", roster, "--listen", addr.String(), "--upstream", "127.0.0.1:9"})
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("meshhost resolver exited %d:\n%s", code, stderr)
+		}
+	}()
+	waitUntil(t, "the roster answers", func() bool { return lookup(addr, "gitea.novox.internal.") == "10.89.0.7" })
+
+	// The same roster again (another spelling of it): unchanged, no fault.
+	writeAtomic(t, roster, `{"names": {"db.novox.internal": ["10.89.0.8"], "GITEA.novox.internal.": ["10.89.0.7"]}, "zones": ["internal"], "generation": 5}`)
+	waitUntil(t, "the repeat is taken as unchanged", func() bool { return strings.Contains(stderr.String(), "roster file unchanged") })
+
+	// Generation 5 with gitea moved, db gone and a name added: refused.
+	writeAtomic(t, roster, `{"generation": 5, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.99"], "new.novox.internal": ["10.89.0.9"]}}`)
+	waitUntil(t, "the lie is refused\n"+stderr.String(), func() bool { return strings.Contains(stderr.String(), "generation 5 is served with other names") })
+	log := stderr.String()
+	for _, want := range []string{
+		`names[\"gitea.novox.internal\"]: served 10.89.0.7, here 10.89.0.99`,
+		`names[\"db.novox.internal\"]: served, missing here`,
+		`names[\"new.novox.internal\"]: not in the served roster`,
+		"a changed roster needs a newer generation",
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, log)
+		}
+	}
+	if got := lookupWithin(addr, "gitea.novox.internal.", 3*time.Second); got != "10.89.0.7" {
+		t.Errorf("after the refused roster, gitea.novox.internal = %q, want 10.89.0.7 still", got)
+	}
+
+	// An older generation: refused.
+	writeAtomic(t, roster, `{"generation": 4, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.1"]}}`)
+	waitUntil(t, "the older roster is refused", func() bool {
+		return strings.Contains(stderr.String(), "generation 4 is older than generation 5, which is served")
+	})
+	if got := lookupWithin(addr, "gitea.novox.internal.", 3*time.Second); got != "10.89.0.7" {
+		t.Errorf("after the older roster, gitea.novox.internal = %q, want 10.89.0.7 still", got)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 
 	"github.com/meshhost/meshhost/digest"
@@ -10,26 +11,24 @@ import (
 )
 
 func init() {
-	register(command{name: "version", summary: "print meshhost's version and the formats it speaks", run: runVersion})
+	register(command{name: "version", summary: "print meshhost's version and the formats it speaks", define: defineVersion})
 }
 
-func runVersion(ctx context.Context, env *environment, args []string) (int, error) {
-	fs := newFlagSet(env, "version")
+func defineVersion(env *environment, fs *flag.FlagSet) runner {
 	output := fs.String("output", "text", "output format: text or json")
-	if err := fs.Parse(args); err != nil {
-		return 2, err
+	return func(ctx context.Context, args []string) (int, error) {
+		bi := buildinfo.Get() // stamped by make build and make deb
+		info := struct {
+			Version string   `json:"version"`
+			Commit  string   `json:"commit"`
+			Go      string   `json:"go"`
+			Digest  string   `json:"digest_version"`
+			Digests []string `json:"digest_versions_understood"`
+		}{bi.Version, bi.Commit, bi.Go, digest.Current, digest.Versions()}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(info)
+		}
+		fmt.Fprintf(env.stdout, "meshhost %s, digest %s\n", bi, info.Digest)
+		return 0, nil
 	}
-	bi := buildinfo.Get() // stamped by make build and make deb
-	info := struct {
-		Version string   `json:"version"`
-		Commit  string   `json:"commit"`
-		Go      string   `json:"go"`
-		Digest  string   `json:"digest_version"`
-		Digests []string `json:"digest_versions_understood"`
-	}{bi.Version, bi.Commit, bi.Go, digest.Current, digest.Versions()}
-	if *output == "json" {
-		return 0, json.NewEncoder(env.stdout).Encode(info)
-	}
-	fmt.Fprintf(env.stdout, "meshhost %s, digest %s\n", bi, info.Digest)
-	return 0, nil
 }

@@ -113,6 +113,10 @@ type Config struct {
 	// Interval between periodic passes. Default 30s.
 	Interval time.Duration
 	Guard    rosterguard.Policy
+	// HoldAbove holds a declaration whose plan would replace more than this
+	// many containers until the operator approves it (meshhost approve);
+	// 0 never holds. The agent command's --hold-above (DefaultHoldAbove).
+	HoldAbove int
 	// AfterPass, when set, runs after every pass with its report (the agent
 	// command persists the reconciler's budget and adoptions there).
 	AfterPass func(*Report)
@@ -164,6 +168,14 @@ type Agent struct {
 	// on it; logged when it changes.
 	exposeErrs map[string]string
 	asserted   bool // Config.Asserted ran
+	// hold is the last pass's blast-radius hold (nil: none); frozen whether
+	// the last pass found the machine frozen. Logged when they change.
+	hold   *pass.Hold
+	frozen bool
+	// statusWritten is what status.json holds (nil: not read yet);
+	// statusErr why it could not be written last, logged when it changes.
+	statusWritten []byte
+	statusErr     string
 }
 
 // status is what a pass publishes when it ends.
@@ -178,13 +190,22 @@ type status struct {
 
 // Report is what one pass did.
 type Report struct {
-	Generation       uint64            `json:"generation"`
-	RosterGeneration uint64            `json:"roster_generation"`
-	RosterHeld       string            `json:"roster_held,omitempty"`
-	Modes            map[string]string `json:"modes"`
-	Probed           []string          `json:"probed,omitempty"`
-	Result           *reconcile.Result `json:"-"`
-	Duration         time.Duration     `json:"duration"`
+	Generation       uint64 `json:"generation"`
+	RosterGeneration uint64 `json:"roster_generation"`
+	RosterHeld       string `json:"roster_held,omitempty"`
+	// Held is the declaration's blast-radius hold, when its plan would
+	// replace more than Config.HoldAbove containers: unless approved,
+	// nothing of the plan was applied.
+	Held *pass.Hold `json:"held,omitempty"`
+	// Frozen: the machine is frozen (meshhost freeze); nothing of the plan
+	// was applied.
+	Frozen   bool              `json:"frozen,omitempty"`
+	Modes    map[string]string `json:"modes"`
+	Probed   []string          `json:"probed,omitempty"`
+	Result   *reconcile.Result `json:"-"`
+	Duration time.Duration     `json:"-"`
+	// DurationSeconds is Duration, in /v1/report's JSON.
+	DurationSeconds float64 `json:"duration_seconds"`
 }
 
 // New returns an Agent.
@@ -292,6 +313,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		st := &status{at: time.Now(), err: err, report: a.status.Load().report, exposed: a.exposedLocked()}
 		if rep != nil {
 			rep.Duration = time.Since(start)
+			rep.DurationSeconds = rep.Duration.Seconds()
 			st.report = rep
 			if a.cfg.AfterPass != nil {
 				// The pass's own result stands; health says what failed after it.
@@ -305,6 +327,15 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		a.metrics.pass(st.err, time.Since(start), time.Now())
 		a.status.Store(st)
 	}()
+	if a.inForce == nil {
+		// Once, after a start: the saved roster the resolver serves.
+		// Asked before there is a declaration too, so that the Source
+		// refuses a first one whose roster is older, or reuses its
+		// generation with other names. Kept from then on, since
+		// rebuilding it from the resolver's table costs a pass as much as
+		// the rest for a large roster.
+		a.setInForceLocked(a.cfg.Resolver.Roster())
+	}
 	decl, origin := a.cfg.Source.Current()
 	if decl == nil {
 		return nil, nil // nothing declared yet: serve the saved roster, touch nothing
@@ -349,12 +380,23 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	// it), then doing it.
 	c, err := pass.Compute(ctx, pass.Input{
 		Declaration: decl, Roster: roster, Gate: a.cfg.Gate, Observed: observed, Planner: a.cfg.Reconciler,
+		HoldAbove: a.cfg.HoldAbove, Approved: func() uint64 { return ApprovedDeclaration(a.cfg.State) },
 	})
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
 	}
 	for name, m := range c.Modes {
 		rep.Modes[name] = string(m.Names)
+	}
+	rep.Held = c.Hold
+	freeze, ferr := Frozen(a.cfg.State)
+	rep.Frozen = freeze != nil
+	a.controlsLocked(decl, roster, c.Hold, freeze, ferr)
+	if rep.Frozen || c.Hold.Held() {
+		// Nothing of the plan is applied: the containers stay as they
+		// are. The roster is in force already, and the next pass judges
+		// again (an approval, an unfreeze, a newer declaration).
+		return rep, unsaved
 	}
 	res, err := a.cfg.Reconciler.Apply(ctx, c.Plan)
 	rep.Result = res
@@ -410,12 +452,6 @@ func (a *Agent) recordDeclarationLocked(ctx context.Context, decl *spec.Declarat
 // goes on, and fails at its end.
 func (a *Agent) rosterInForceLocked(ctx context.Context, declared *spec.Roster) (_ *spec.Roster, unsaved, err error) {
 	syncs.AssertLocked(&a.mu)
-	if a.inForce == nil {
-		// Once, after a start: the saved roster the resolver loaded. Kept
-		// from then on, since rebuilding it from the resolver's table costs
-		// a pass as much as the rest for a large roster.
-		a.inForce = a.cfg.Resolver.Roster()
-	}
 	held := a.heldRoster
 	a.heldRoster = nil
 	a.metrics.rosterHeld.Set(0)
@@ -451,13 +487,21 @@ func (a *Agent) rosterInForceLocked(ctx context.Context, declared *spec.Roster) 
 		if served == nil || served.Generation < declared.Generation {
 			return nil, nil, err
 		}
-		a.inForce = served
+		a.setInForceLocked(served)
 		a.log.ErrorContext(ctx, "roster in force but not saved: after a restart the resolver serves the roster it saved before, until the first pass", "roster_generation", served.Generation, "err", err)
 		return served, err, nil
 	}
-	a.inForce = declared
+	a.setInForceLocked(declared)
 	a.log.InfoContext(ctx, "roster in force", "roster_generation", declared.Generation, "names", len(declared.Names))
 	return declared, nil, nil
+}
+
+// setInForceLocked records r as the roster the resolver serves, and tells
+// the Source, which refuses a declaration whose roster contradicts it.
+func (a *Agent) setInForceLocked(r *spec.Roster) {
+	syncs.AssertLocked(&a.mu)
+	a.inForce = r
+	a.cfg.Source.SetServed(r)
 }
 
 func (a *Agent) accepted() uint64 { return AcceptedRoster(a.cfg.State) }
@@ -490,6 +534,7 @@ func (a *Agent) gateLocked(ctx context.Context, roster *spec.Roster, rep *Report
 	if _, err := a.cfg.Gate.Observe(nets); err != nil {
 		return fmt.Errorf("observing networks: %w", err)
 	}
+	nameNetworks(a.cfg.Resolver, nets)
 	prefer := a.cfg.Gate.Strategies()
 	// Before, and whatever becomes of, the prober: containers already in
 	// resolve mode need the resolver whether or not more networks can be

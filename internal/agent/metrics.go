@@ -13,6 +13,10 @@ type metrics struct {
 	rosterHeld  prometheus.Gauge
 	panics      prometheus.Counter
 	lastSuccess prometheus.Gauge
+
+	held             prometheus.Gauge
+	heldReplacements prometheus.Gauge
+	frozen           prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -37,11 +41,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meshhost_agent_last_success_timestamp_seconds",
 			Help: "When the last pass that succeeded ended (Unix time), 0 before the first; alert on its age: the machine has not converged since.",
 		}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_agent_declaration_held", Help: "1 while the declaration in force is held for replacing more than --hold-above containers (meshhost approve GEN releases it).",
+		}),
+		heldReplacements: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_agent_held_replacements", Help: "Replacements the held declaration would make; 0 when none is held.",
+		}),
+		frozen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_agent_frozen", Help: "1 while the machine is frozen (meshhost freeze): no container is created, replaced or removed.",
+		}),
 	}
 	m.passes.WithLabelValues("ok") // both results at 0 from the start
 	m.passes.WithLabelValues("error")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.lastSuccess} {
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.lastSuccess, m.held, m.heldReplacements, m.frozen} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -51,17 +51,20 @@ type Row struct {
 	Removed  map[string]int `json:"removed"`
 	// Converged is how long until every machine matched its declaration,
 	// on the simulated clock (or the wall clock with real podman).
-	Converged string `json:"converged_after"`
-	Passes    int    `json:"passes"`
-	Timeline  []Tick `json:"timeline,omitempty"`
+	Converged time.Duration `json:"-"`
+	// ConvergedSeconds is Converged, in the JSON.
+	ConvergedSeconds float64 `json:"converged_after_seconds"`
+	Passes           int     `json:"passes"`
+	Timeline         []Tick  `json:"timeline,omitempty"`
 }
 
 // Tick is one pass on one machine that did something.
 type Tick struct {
-	At       string `json:"at"` // since the push, e.g. "1m20s"
-	Machine  string `json:"machine"`
-	Replaced int    `json:"replaced"`
-	Deferred int    `json:"deferred"`
+	At        time.Duration `json:"-"`          // since the push
+	AtSeconds float64       `json:"at_seconds"` // At, in the JSON
+	Machine   string        `json:"machine"`
+	Replaced  int           `json:"replaced"`
+	Deferred  int           `json:"deferred"`
 }
 
 // ResolverAddr is the resolver address resolve-mode containers get in the demo.
@@ -195,7 +198,7 @@ func converge(ctx context.Context, opts Options, mode spec.NameMode, clock *simC
 					if !opts.Simulated {
 						at = time.Since(wallStart)
 					}
-					row.Timeline = append(row.Timeline, Tick{At: at.Round(time.Second).String(), Machine: m.name, Replaced: replaced, Deferred: res.Deferred})
+					row.Timeline = append(row.Timeline, Tick{At: at.Round(time.Second), AtSeconds: at.Round(time.Second).Seconds(), Machine: m.name, Replaced: replaced, Deferred: res.Deferred})
 				}
 				if res.Deferred > 0 {
 					next = append(next, m)
@@ -216,10 +219,11 @@ func converge(ctx context.Context, opts Options, mode spec.NameMode, clock *simC
 		}
 	}
 	if opts.Simulated {
-		row.Converged = clock.Now().Sub(start).String()
+		row.Converged = clock.Now().Sub(start)
 	} else {
-		row.Converged = time.Since(wallStart).Round(time.Millisecond).String()
+		row.Converged = time.Since(wallStart).Round(time.Millisecond)
 	}
+	row.ConvergedSeconds = row.Converged.Seconds()
 	for _, m := range machines {
 		after, err := containerIDs(ctx, m.rt)
 		if err != nil {

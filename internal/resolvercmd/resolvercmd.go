@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -388,6 +389,11 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 // reloadRoster reads, validates and applies the roster file.
 func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	start := time.Now()
+	if fi, err := os.Stat(path); err == nil {
+		if err := specjson.CheckSize(fi.Size()); err != nil { // refused before it is read
+			return fmt.Errorf("roster %q: %w", path, err)
+		}
+	}
 	data, err := yield.ReadFile(path, srv.Busy) // a swap runs beside queries: read in steps
 	if err != nil {
 		return fmt.Errorf("reading roster: %w", err)
@@ -398,7 +404,17 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	}
 	err = srv.Update(r)
 	if errors.Is(err, resolver.ErrStaleGeneration) {
-		log.Info("roster file unchanged or older; keeping the served roster", "path", path, "detail", err)
+		// A generation names one roster, and generations never go back:
+		// the file may repeat the served roster (a touch, a SIGHUP), and
+		// anything else is refused, saying what differs.
+		served := srv.Generation()
+		if r.Generation < served {
+			return fmt.Errorf("roster %q: generation %d is older than generation %d, which is served; rosters never go back (write a newer generation)", path, r.Generation, served)
+		}
+		if diff := srv.Differences(r, 10); len(diff) > 0 {
+			return fmt.Errorf("roster %q: generation %d is served with other names (%s); a changed roster needs a newer generation", path, r.Generation, strings.Join(diff, "; "))
+		}
+		log.Info("roster file unchanged; keeping the served roster", "path", path, "generation", r.Generation)
 		return nil
 	}
 	if err != nil {

@@ -39,9 +39,16 @@ func ParseDeclaration(data []byte) (*spec.Declaration, error) {
 // ParseDeclaration is the package's ParseDeclaration, stepping aside while
 // rd.Busy says other work waits.
 func (rd Reader) ParseDeclaration(data []byte) (*spec.Declaration, error) {
+	if err := CheckSize(int64(len(data))); err != nil {
+		return nil, err
+	}
 	y := &yield.Yielder{Pending: rd.Busy}
-	if d, ok := parseDeclarationFast(data, y); ok {
+	d, ok, overNames := parseDeclarationFast(data, y)
+	switch {
+	case ok:
 		return d, nil
+	case overNames:
+		return nil, tooManyNames("roster.names")
 	}
 	return parseDeclarationStrict(data, y)
 }
@@ -53,27 +60,27 @@ func (rd Reader) ParseDeclaration(data []byte) (*spec.Declaration, error) {
 // reading the roster as a JSON tree. It reports false for anything else,
 // and ParseDeclaration reads the whole document strictly, naming every
 // fault; FuzzParseDeclaration checks both give the same declaration.
-func parseDeclarationFast(data []byte, y *yield.Yielder) (*spec.Declaration, bool) {
+func parseDeclarationFast(data []byte, y *yield.Yielder) (_ *spec.Declaration, ok, overNames bool) {
 	start, end, ok := topLevelMember(data, "roster")
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
-	r, ok := decodeRosterFast(data[start:end], y)
+	r, ok, overNames := decodeRosterCounting(data[start:end], y)
 	if !ok {
-		return nil, false
+		return nil, false, overNames
 	}
 	rest := make([]byte, 0, len(data)-(end-start)+4)
 	rest = append(append(append(rest, data[:start]...), "null"...), data[end:]...)
 	v, err := strictjson.Parse(rest)
 	if err != nil {
-		return nil, false
+		return nil, false, false
 	}
 	var rep strictjson.Report
 	d := readDeclaration(&rep, v, r)
 	if mergeFaults(rep, d.ValidateYielding(y.Maybe)) != nil {
-		return nil, false
+		return nil, false, false
 	}
-	return d, true // decodeRosterFast returns a normalized roster
+	return d, true, false // decodeRosterFast returns a normalized roster
 }
 
 func parseDeclarationStrict(data []byte, y *yield.Yielder) (*spec.Declaration, error) {

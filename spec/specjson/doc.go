@@ -32,6 +32,17 @@ type Reader struct {
 	Busy func() bool
 }
 
+// CheckSize refuses a document of n bytes, over spec.MaxDocumentBytes, with
+// a *spec.FieldError saying both. The readers check every document they
+// are given; a source checks the size of a file or body before reading it
+// whole.
+func CheckSize(n int64) error {
+	if n > spec.MaxDocumentBytes {
+		return &spec.FieldError{Reason: fmt.Sprintf("the document is %d bytes; at most %d", n, spec.MaxDocumentBytes)}
+	}
+	return nil
+}
+
 // faultList collects *spec.FieldError values, so that a document reports
 // every fault at once.
 type faultList []error

@@ -21,5 +21,6 @@ func ParseDeclarationStrict(data []byte) (*spec.Declaration, error) {
 }
 
 func ParseDeclarationFast(data []byte) (*spec.Declaration, bool) {
-	return parseDeclarationFast(data, &yield.Yielder{})
+	d, ok, _ := parseDeclarationFast(data, &yield.Yielder{})
+	return d, ok
 }

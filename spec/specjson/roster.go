@@ -1,6 +1,7 @@
 package specjson
 
 import (
+	"fmt"
 	"math"
 	"net/netip"
 
@@ -24,9 +25,16 @@ func ParseRoster(data []byte) (*spec.Roster, error) { return Reader{}.ParseRoste
 // ParseRoster is the package's ParseRoster, stepping aside while rd.Busy
 // says other work waits.
 func (rd Reader) ParseRoster(data []byte) (*spec.Roster, error) {
+	if err := CheckSize(int64(len(data))); err != nil {
+		return nil, err
+	}
 	y := &yield.Yielder{Pending: rd.Busy}
-	if r, ok := decodeRosterFast(data, y); ok {
+	r, ok, overNames := decodeRosterCounting(data, y)
+	switch {
+	case ok:
 		return r, nil
+	case overNames:
+		return nil, tooManyNames("names")
 	}
 	return parseRosterStrict(data, y)
 }
@@ -84,6 +92,12 @@ func readRoster(rep *strictjson.Report, path string, v strictjson.Value) *spec.R
 	}
 	o.Done()
 	return r
+}
+
+// tooManyNames is the fault of a roster holding more than spec.MaxNames
+// names, at path.
+func tooManyNames(path string) error {
+	return &spec.FieldError{Path: path, Reason: fmt.Sprintf("more than %d names; at most %d", spec.MaxNames, spec.MaxNames)}
 }
 
 func faults(rep strictjson.Report) error {

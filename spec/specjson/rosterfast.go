@@ -28,7 +28,20 @@ import (
 // documents the strict reader accepts, and returns the same roster for them
 // (FuzzParseRoster checks both).
 func decodeRosterFast(data []byte, y *yield.Yielder) (*spec.Roster, bool) {
+	r, ok, _ := decodeRosterCounting(data, y)
+	return r, ok
+}
+
+// decodeRosterCounting is decodeRosterFast, also reporting (overNames)
+// that it declined the document for holding more than spec.MaxNames names:
+// its reader refuses it then, without reading it again strictly.
+func decodeRosterCounting(data []byte, y *yield.Yielder) (_ *spec.Roster, ok, overNames bool) {
 	d := fastDecoder{b: data, y: y}
+	r, ok := d.roster()
+	return r, ok, d.overNames
+}
+
+func (d *fastDecoder) roster() (*spec.Roster, bool) {
 	r := &spec.Roster{Names: map[string][]netip.Addr{}}
 	var seenGen, seenZones, seenNames bool
 	if !d.byte('{') {
@@ -80,11 +93,12 @@ const (
 )
 
 type fastDecoder struct {
-	b       []byte
-	pos     int
-	nameBlk []byte       // the current block names are copied into
-	addrs   []netip.Addr // the current block address lists are taken from
-	y       *yield.Yielder
+	overNames bool // names declined a roster of more than spec.MaxNames names
+	b         []byte
+	pos       int
+	nameBlk   []byte       // the current block names are copied into
+	addrs     []netip.Addr // the current block address lists are taken from
+	y         *yield.Yielder
 }
 
 func (d *fastDecoder) space() {
@@ -196,6 +210,10 @@ func (d *fastDecoder) names(m map[string][]netip.Addr) bool {
 			return true
 		}
 		if !first && !d.byte(',') {
+			return false
+		}
+		if len(m) == spec.MaxNames {
+			d.overNames = true
 			return false
 		}
 		nb, ok := d.str()

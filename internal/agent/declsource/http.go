@@ -14,9 +14,6 @@ import (
 	"github.com/meshhost/meshhost/spec"
 )
 
-// MaxDeclarationBytes bounds a pushed document.
-const MaxDeclarationBytes = 64 << 20
-
 // Listen opens the push endpoint's listener: "unix:/path/to.sock" or a
 // loopback "ip:port". Anything reachable from another machine is refused:
 // the endpoint has no authentication of its own, so only the machine may
@@ -58,9 +55,12 @@ type fault struct {
 }
 
 // Handler serves PUT (or POST) /v1/declaration: 200 with the generation in
-// force when accepted, 400 with every fault named when refused, 409 when the
-// generation is older than the one in force. GET returns the declaration in
-// force.
+// force when accepted (the same declaration again included), 400 with every
+// fault named when refused, 409 when it contradicts what is in force
+// (ErrConflict: an older generation, the generation in force with other
+// content, a roster older than the one served or with its generation and
+// other names), 413 over spec.MaxDocumentBytes. GET returns the declaration
+// in force.
 func (s *Source) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/declaration", func(w http.ResponseWriter, r *http.Request) {
@@ -73,20 +73,19 @@ func (s *Source) Handler() http.Handler {
 			}
 			writeJSON(w, http.StatusOK, d)
 		case http.MethodPut, http.MethodPost:
-			data, err := io.ReadAll(io.LimitReader(r.Body, MaxDeclarationBytes+1))
+			data, err := io.ReadAll(io.LimitReader(r.Body, spec.MaxDocumentBytes+1))
 			if err != nil {
 				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 				return
 			}
-			if len(data) > MaxDeclarationBytes {
-				writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("declaration over %d bytes", MaxDeclarationBytes)})
-				return
-			}
-			d, err := s.Offer(data, "push")
+			d, err := s.Offer(data, "push") // refuses a body over the limit, counted
 			if err != nil {
 				status := http.StatusBadRequest
-				if errors.Is(err, ErrStale) {
+				switch {
+				case errors.Is(err, ErrConflict):
 					status = http.StatusConflict
+				case refusalOf(err) == RefusedTooLarge:
+					status = http.StatusRequestEntityTooLarge
 				}
 				s.logger.Warn("pushed declaration refused; the previous one stays in force", "err", err)
 				writeJSON(w, status, map[string]any{"error": "declaration refused", "faults": faults(err)})

@@ -6,6 +6,7 @@
 package declsource
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,14 +18,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
 
-// ErrStale is returned for a declaration whose generation is not newer than
-// the one in force.
-var ErrStale = errors.New("declaration generation is not newer than the one in force")
+// ErrStale is matched by the refusal of a declaration whose generation is
+// older than the one in force (a *ConflictError).
+var ErrStale = errors.New("declaration generation is older than the one in force")
 
 // Source holds the newest valid declaration and tells a listener when it
 // changes.
@@ -33,12 +36,14 @@ type Source struct {
 	machine string // declarations for any other machine are refused
 	reader  specjson.Reader
 	changed chan struct{}
+	refused *prometheus.CounterVec // by Refusal
 
 	// mu guards the fields below.
 	mu      sync.Mutex
 	current *spec.Declaration
-	raw     []byte // the document current was parsed from; nil for initial
-	origin  string // where current came from: a path, or "push"
+	raw     []byte       // the document current was parsed from; nil for initial
+	origin  string       // where current came from: a path, or "push"
+	served  *spec.Roster // the roster the resolver serves (SetServed); nil: unknown
 }
 
 // Config is what a Source needs; the zero Config accepts any machine's
@@ -55,9 +60,13 @@ type Config struct {
 	Reader specjson.Reader
 	// Logger receives what the Source accepts and refuses; nil discards.
 	Logger *slog.Logger
+	// Registerer receives meshhost_agent_declarations_refused_total. Nil
+	// registers none.
+	Registerer prometheus.Registerer
 }
 
-// New returns a Source for cfg.
+// New returns a Source for cfg. It panics if cfg.Registerer already holds
+// the Source's metric (one Source per registry).
 func New(cfg Config) *Source {
 	logger := cfg.Logger
 	if logger == nil {
@@ -67,7 +76,27 @@ func New(cfg Config) *Source {
 	if initial != nil && cfg.Machine != "" && initial.Machine != cfg.Machine {
 		initial = nil // saved for another machine name: not ours to apply
 	}
-	return &Source{logger: logger.With("component", "declsource"), machine: cfg.Machine, reader: cfg.Reader, changed: make(chan struct{}, 1), current: initial}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshhost_agent_declarations_refused_total",
+		Help: "Declarations refused (pushed or read from a file), by reason: invalid, too_large, other_machine, older_generation, generation_reused, roster_older, roster_generation_reused.",
+	}, []string{"reason"})
+	for _, r := range refusals { // every reason at 0 from the start
+		refused.WithLabelValues(string(r))
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(refused)
+	}
+	return &Source{logger: logger.With("component", "declsource"), machine: cfg.Machine, reader: cfg.Reader,
+		changed: make(chan struct{}, 1), refused: refused, current: initial}
+}
+
+// SetServed tells the Source which roster the resolver serves (the agent
+// calls it whenever that changes): a declaration whose roster is older, or
+// has its generation with other names, is refused (ErrConflict).
+func (s *Source) SetServed(r *spec.Roster) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.served = r
 }
 
 // Current returns the declaration in force (nil before the first) and where
@@ -89,32 +118,62 @@ func (s *Source) Document() []byte {
 // Changed is signalled (coalesced) whenever a new declaration is in force.
 func (s *Source) Changed() <-chan struct{} { return s.changed }
 
-// Offer parses data and puts it in force if it is valid and newer. The error
-// names every fault; on error nothing changes.
+// Offer parses data and puts it in force if it is valid and newer. The same
+// declaration again (the generation in force, the same content) changes
+// nothing and is no fault. The error names every fault, and matches
+// ErrConflict (ErrStale too, for an older generation) when the declaration
+// contradicts what is in force: an older generation; the generation in
+// force with other content; a roster older than the one served (or in
+// force), or with its generation and other names. On error nothing
+// changes, and the refusal is counted by its Refusal.
 func (s *Source) Offer(data []byte, origin string) (*spec.Declaration, error) {
+	d, err := s.offer(data, origin)
+	if err != nil {
+		s.refused.WithLabelValues(string(refusalOf(err))).Inc()
+	}
+	return d, err
+}
+
+func (s *Source) offer(data []byte, origin string) (*spec.Declaration, error) {
+	if err := specjson.CheckSize(int64(len(data))); err != nil {
+		return nil, &refused{RefusedTooLarge, err}
+	}
 	d, err := s.reader.ParseDeclaration(data)
 	if err != nil {
 		return nil, err
 	}
 	if s.machine != "" && d.Machine != s.machine {
-		return nil, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; this agent runs %q", d.Machine, s.machine)}
+		return nil, &refused{RefusedOtherMachine, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; this agent runs %q", d.Machine, s.machine)}}
 	}
-	s.mu.Lock()
-	if cur := s.current; cur != nil {
-		if d.Machine != cur.Machine {
-			s.mu.Unlock()
-			return nil, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; the declaration in force is for %q", d.Machine, cur.Machine)}
+	for {
+		// Judged outside the lock (a roster of 100,000 names takes
+		// milliseconds to compare), then put in force only if nothing
+		// came into force meanwhile.
+		s.mu.Lock()
+		cur, raw, served := s.current, s.raw, s.served
+		s.mu.Unlock()
+		if cur != nil && d.Machine != cur.Machine {
+			return nil, &refused{RefusedOtherMachine, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; the declaration in force is for %q", d.Machine, cur.Machine)}}
 		}
-		if d.Generation <= cur.Generation {
-			s.mu.Unlock()
-			if d.Generation == cur.Generation {
-				return cur, nil // the same push twice is not a fault
-			}
-			return nil, fmt.Errorf("generation %d, in force %d: %w", d.Generation, cur.Generation, ErrStale)
+		if cur != nil && d.Generation == cur.Generation && raw != nil && bytes.Equal(data, raw) {
+			return cur, nil // the same push twice
 		}
+		same, err := checkGenerations(d, cur, served)
+		if err != nil {
+			return nil, err
+		}
+		if same {
+			return cur, nil
+		}
+		s.mu.Lock()
+		if s.current != cur || s.served != served {
+			s.mu.Unlock()
+			continue
+		}
+		s.current, s.raw, s.origin = d, data, origin
+		s.mu.Unlock()
+		break
 	}
-	s.current, s.raw, s.origin = d, data, origin
-	s.mu.Unlock()
 	s.logger.Info("declaration accepted", "origin", origin, "machine", d.Machine, "declaration_generation", d.Generation,
 		"roster_generation", d.Roster.Generation, "containers", len(d.Containers), "mesh_names", d.MeshNames)
 	select {
@@ -186,6 +245,13 @@ func (s *Source) readPath(path string, isDir bool) {
 		slices.Sort(names)
 		file = filepath.Join(path, names[len(names)-1])
 	}
+	if fi, err := os.Stat(file); err == nil {
+		if err := specjson.CheckSize(fi.Size()); err != nil { // refused before it is read
+			s.refused.WithLabelValues(string(RefusedTooLarge)).Inc()
+			s.logger.Error("declaration refused; the previous one stays in force", "path", file, "err", err)
+			return
+		}
+	}
 	data, err := os.ReadFile(file)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
@@ -196,8 +262,8 @@ func (s *Source) readPath(path string, isDir bool) {
 	if _, err := s.Offer(data, file); err != nil {
 		level := slog.LevelError
 		if errors.Is(err, ErrStale) {
-			level = slog.LevelWarn
+			level = slog.LevelWarn // an old file left in the directory
 		}
-		s.logger.Log(context.Background(), level, "declaration refused; the previous one stays in force", "path", file, "err", err)
+		s.logger.Log(context.Background(), level, "declaration refused; the previous one stays in force", "path", file, "refusal", refusalOf(err), "err", err)
 	}
 }

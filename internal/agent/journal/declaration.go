@@ -23,8 +23,18 @@ type DeclarationEntry struct {
 	// before this one.
 	RosterDiff Diff `json:"roster_diff"`
 	// Declaration is the whole declaration, in the format
-	// specjson.ParseDeclaration reads.
-	Declaration json.RawMessage `json:"declaration"`
+	// specjson.ParseDeclaration reads: values of env and labels included,
+	// which is why the journal's files are the owner's alone (0600, in
+	// directories of mode 0700). Summary leaves it out.
+	Declaration json.RawMessage `json:"declaration,omitempty"`
+}
+
+// Summary is e without the declaration's document: what `meshhost history`
+// shows. The document holds env and label values, which may be secrets,
+// and a roster of up to a million names.
+func (e DeclarationEntry) Summary() DeclarationEntry {
+	e.Declaration = nil
+	return e
 }
 
 // RecordDeclaration records d as applied at time at, with its roster's

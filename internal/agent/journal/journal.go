@@ -72,7 +72,14 @@ const (
 func Open(dir string, opts Options) (*Journal, error) {
 	j := &Journal{dir: dir, keep: cmp.Or(opts.Keep, DefaultKeep), maxBytes: cmp.Or(opts.MaxBytes, DefaultMaxBytes)}
 	for _, sub := range []string{declarationsDir, passesDir} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o750); err != nil {
+		// The owner's alone: declarations hold env and label values. A
+		// journal made by an older meshhost (0750) is tightened.
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, fmt.Errorf("opening journal: %w", err)
+		}
+	}
+	for _, d := range []string{dir, filepath.Join(dir, declarationsDir), filepath.Join(dir, passesDir)} {
+		if err := ownerOnly(d); err != nil {
 			return nil, fmt.Errorf("opening journal: %w", err)
 		}
 	}
@@ -85,6 +92,18 @@ func Open(dir string, opts Options) (*Journal, error) {
 	}
 	j.nextSeq++
 	return j, nil
+}
+
+// ownerOnly makes directory d the owner's alone (0700), unless it is.
+func ownerOnly(d string) error {
+	fi, err := os.Stat(d)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm() == 0o700 {
+		return nil
+	}
+	return os.Chmod(d, 0o700)
 }
 
 // keys returns the numbers naming the entries of sub, in order.

@@ -11,7 +11,7 @@
 //	declaration ─┐
 //	roster in force (RosterInForce: served, declared, guard) ─┤
 //	gate (Modes) ─┤
-//	observed (one List) ─┴─> Compute ─> modes, rendered, plan ─> reconcile.Apply (the agent only)
+//	observed (one List) ─┴─> Compute ─> modes, rendered, plan, hold ─> reconcile.Apply (the agent only, unless held)
 package pass
 
 import (
@@ -43,6 +43,14 @@ type Input struct {
 	Gate     Gate
 	Observed []reconcile.Observed // what the runtime reports: one List
 	Planner  Planner
+	// HoldAbove holds the declaration (Computed.Hold) when its plan would
+	// replace more than this many containers, whatever the cause (the
+	// migration flag's switch of name modes included). 0 never holds.
+	HoldAbove int
+	// Approved returns the declaration generation the operator let past
+	// the hold (meshhost approve); asked only when the plan would be held.
+	// Nil: none.
+	Approved func() uint64
 }
 
 // Computed is what a pass would do.
@@ -53,6 +61,43 @@ type Computed struct {
 	// the declaration's order. Plan refers to them.
 	Rendered []spec.Rendered
 	Plan     *reconcile.Plan
+	// Hold, when not nil, is the blast-radius hold: the plan replaces more
+	// containers than Input.HoldAbove. Unless the operator approved the
+	// generation (Hold.Approved), the agent applies nothing of the plan:
+	// the containers stay as they are (the resolver serves the roster in
+	// force all the same).
+	Hold *Hold
+}
+
+// Hold is a declaration whose plan would replace more containers than the
+// machine allows at once without an operator: the incident's push, which
+// replaced every container on the hub, is held here, not paced.
+type Hold struct {
+	Generation uint64 `json:"generation"`
+	HoldAbove  int    `json:"hold_above"`
+	// Replacements are the containers the plan replaces, and why (values
+	// of env and labels hashed, as every reason is).
+	Replacements []Replacement `json:"replacements"`
+	// Approved: the operator approved this generation; it goes ahead,
+	// paced by the replacement budget.
+	Approved bool `json:"approved,omitempty"`
+}
+
+// Replacement is one container a held plan replaces.
+type Replacement struct {
+	Container string `json:"container"`
+	Reason    string `json:"reason"`
+}
+
+// Held reports whether h holds its declaration back (not approved).
+func (h *Hold) Held() bool { return h != nil && !h.Approved }
+
+// String says what is held and how to release it.
+func (h *Hold) String() string {
+	if h.Approved {
+		return fmt.Sprintf("declaration %d replaces %d containers, more than --hold-above %d; approved by the operator, it goes ahead within the replacement budget", h.Generation, len(h.Replacements), h.HoldAbove)
+	}
+	return fmt.Sprintf("declaration %d held: it would replace %d containers, more than --hold-above %d; the containers stay as they are until `meshhost approve %d` (then the replacement budget paces it) or a newer declaration", h.Generation, len(h.Replacements), h.HoldAbove, h.Generation)
 }
 
 // Compute renders every declared container for the mode the gate gives it,
@@ -75,7 +120,24 @@ func Compute(ctx context.Context, in Input) (*Computed, error) {
 		return nil, err
 	}
 	c.Plan = p
+	c.Hold = hold(d.Generation, p, in.HoldAbove, in.Approved)
 	return c, nil
+}
+
+// hold returns the hold of declaration gen's plan p, or nil when p replaces
+// at most holdAbove containers (or holdAbove is 0).
+func hold(gen uint64, p *reconcile.Plan, holdAbove int, approved func() uint64) *Hold {
+	if holdAbove <= 0 || p.Count(reconcile.Replace) <= holdAbove {
+		return nil
+	}
+	h := &Hold{Generation: gen, HoldAbove: holdAbove}
+	for _, a := range p.Actions {
+		if a.Kind == reconcile.Replace {
+			h.Replacements = append(h.Replacements, Replacement{Container: a.Name, Reason: a.Reason})
+		}
+	}
+	h.Approved = approved != nil && approved() == gen
+	return h
 }
 
 // Roster is RosterInForce's decision.

@@ -86,3 +86,68 @@ func TestComputeRendersWithTheRosterInForce(t *testing.T) {
 		t.Errorf("modes %v, plan %v; want a in copy mode, created", c.Modes, c.Plan)
 	}
 }
+
+// TestComputeHold: the hold is judged on the plan's replacements (creates
+// do not count), at more than HoldAbove; 0 never holds; the operator's
+// approval is asked only when the plan would be held, and releases only
+// its own generation.
+func TestComputeHold(t *testing.T) {
+	ctx := context.Background()
+	rt := memory.New(memory.Options{})
+	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Budget: reconcile.Budget{Max: 100, Window: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decl := func(gen uint64, image string, n int) *spec.Declaration {
+		d := &spec.Declaration{Schema: 1, Machine: "ace", Generation: gen, MeshNames: spec.FlagOff, Roster: roster(1, 1)}
+		for i := range n {
+			d.Containers = append(d.Containers, spec.Container{Name: fmt.Sprintf("c%d", i), Image: image})
+		}
+		return d
+	}
+	compute := func(d *spec.Declaration, holdAbove int, approved uint64) (*Computed, bool) {
+		t.Helper()
+		asked := false
+		observed, _ := rt.List(ctx)
+		c, err := Compute(ctx, Input{Declaration: d, Roster: d.Roster, Gate: fixed{Names: spec.Copy}, Observed: observed, Planner: rec,
+			HoldAbove: holdAbove, Approved: func() uint64 { asked = true; return approved }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, asked
+	}
+	c, asked := compute(decl(1, "a:1", 4), 2, 0)
+	if c.Hold != nil || asked {
+		t.Fatalf("4 creates with HoldAbove 2: hold %+v, approval asked %t; want none", c.Hold, asked)
+	}
+	if _, err := rec.Apply(ctx, c.Plan); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		d         *spec.Declaration
+		holdAbove int
+		approved  uint64
+		held      bool
+		approvedH bool
+	}{
+		{"4 replacements, at most 4", decl(2, "a:2", 4), 4, 0, false, false},
+		{"4 replacements, at most 3", decl(2, "a:2", 4), 3, 0, true, false},
+		{"4 replacements, hold off", decl(2, "a:2", 4), 0, 0, false, false},
+		{"approved", decl(2, "a:2", 4), 3, 2, false, true},
+		{"another generation approved", decl(3, "a:2", 4), 3, 2, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, asked := compute(tc.d, tc.holdAbove, tc.approved)
+			if c.Hold.Held() != tc.held || (c.Hold != nil && c.Hold.Approved) != tc.approvedH {
+				t.Fatalf("hold %+v, want held %t approved %t", c.Hold, tc.held, tc.approvedH)
+			}
+			if asked != (c.Hold != nil) {
+				t.Errorf("approval asked %t with hold %+v", asked, c.Hold)
+			}
+			if c.Hold != nil && (len(c.Hold.Replacements) != 4 || c.Hold.Replacements[0].Reason != "image: a:1 -> a:2" || c.Hold.Generation != tc.d.Generation) {
+				t.Errorf("hold %+v, want declaration %d's 4 replacements with their reasons", c.Hold, tc.d.Generation)
+			}
+		})
+	}
+}

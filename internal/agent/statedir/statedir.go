@@ -8,6 +8,9 @@
 //
 //	declaration.json  the declaration last applied (the agent's)
 //	roster-accept     a roster generation the operator let shrink (meshhost roster accept)
+//	approved          a declaration generation the operator let past the blast-radius hold (meshhost approve)
+//	frozen            present while the machine is frozen (meshhost freeze)
+//	status.json       what the agent's last pass found: a declaration held, the freeze, its --hold-above
 //	roster.json       the resolver's last good roster (roster file format)
 //	reconciler.json   the reconciler's replacement budget and adoptions
 //	migrations.json   the migration gate's state (and migrations.json.lock, its lock)
@@ -51,6 +54,18 @@ func (d Dir) Declaration() string { return d.join("declaration.json") }
 // RosterAccept holds a roster generation the operator let shrink past the
 // roster guard.
 func (d Dir) RosterAccept() string { return d.join("roster-accept") }
+
+// Approved holds a declaration generation the operator let past the
+// blast-radius hold.
+func (d Dir) Approved() string { return d.join("approved") }
+
+// Frozen exists while the machine is frozen: no container is created,
+// replaced or removed.
+func (d Dir) Frozen() string { return d.join("frozen") }
+
+// Status is what the agent's last pass found, for `meshhost status` and
+// `meshhost plan`.
+func (d Dir) Status() string { return d.join("status.json") }
 
 // Roster is the resolver's last good roster (resolver.Config.StatePath).
 func (d Dir) Roster() string { return d.join("roster.json") }

@@ -54,28 +54,33 @@ func (e *Error) Unwrap() error { return e.Err }
 var ErrUnknownKey = errors.New("unknown key")
 
 // Apply reads the file at path and sets, on fs (parsed already), every
-// flag the file names that the command line did not set. The flags named
+// flag the file names that the command line did not set: those in given,
+// or, given nil, those fs.Visit sees (a flag set parsed by another parser,
+// pflag's for one, sets values behind fs's back, so its caller passes
+// what that parser saw set). The flags named
 // in skip (the one naming the file itself, say) are not settable from it.
 // It returns the keys applied, sorted, or every fault found (errors.Join
 // of *Error): a key naming no flag or of the wrong type, found before
 // anything is set, or a value the flag refuses (the flags are then set
 // in part: a command stops there).
-func Apply(fs *flag.FlagSet, path string, skip ...string) ([]string, error) {
+func Apply(fs *flag.FlagSet, path string, given map[string]bool, skip ...string) ([]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading the configuration: %w", err)
 	}
-	return ApplyData(fs, path, data, skip...)
+	return ApplyData(fs, path, data, given, skip...)
 }
 
 // ApplyData is Apply of a file's contents (path names it in errors).
-func ApplyData(fs *flag.FlagSet, path string, data []byte, skip ...string) ([]string, error) {
+func ApplyData(fs *flag.FlagSet, path string, data []byte, given map[string]bool, skip ...string) ([]string, error) {
 	vals, err := Values(fs, path, data, skip...)
 	if err != nil {
 		return nil, err
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given == nil {
+		given = map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	}
 	var errs []error
 	var keys []string
 	for _, v := range vals {

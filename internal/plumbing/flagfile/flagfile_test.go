@@ -57,7 +57,7 @@ verbose = true
 listen = ["127.0.0.1:53", "[::1]:53"]
 big-count = 7
 `
-	keys, err := ApplyData(f.fs, "agent.toml", []byte(doc), "config")
+	keys, err := ApplyData(f.fs, "agent.toml", []byte(doc), nil, "config")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFlags()
 			f.fs.Parse(nil)
-			_, err := ApplyData(f.fs, "agent.toml", []byte(tc.doc), "config")
+			_, err := ApplyData(f.fs, "agent.toml", []byte(tc.doc), nil, "config")
 			if err == nil || err.Error() != tc.want {
 				t.Errorf("ApplyData(%q) = %v,\nwant %s", tc.doc, err, tc.want)
 			}
@@ -109,7 +109,7 @@ func TestFaults(t *testing.T) {
 func TestEveryFault(t *testing.T) {
 	f := newFlags()
 	f.fs.Parse(nil)
-	_, err := ApplyData(f.fs, "agent.toml", []byte("state = \"/srv\"\nbudgett = 1\nverbose = 1\n"), "config")
+	_, err := ApplyData(f.fs, "agent.toml", []byte("state = \"/srv\"\nbudgett = 1\nverbose = 1\n"), nil, "config")
 	want := "agent.toml:2: budgett: unknown key: no flag --budgett (did you mean budget?)\nagent.toml:3: verbose: is 1, want true or false"
 	if err == nil || err.Error() != want {
 		t.Errorf("err = %v, want\n%s", err, want)
@@ -129,9 +129,29 @@ func FuzzApplyData(f *testing.F) {
 	f.Fuzz(func(t *testing.T, doc string) {
 		fl := newFlags()
 		fl.fs.Parse(nil)
-		keys, err := ApplyData(fl.fs, "f.toml", []byte(doc), "config")
+		keys, err := ApplyData(fl.fs, "f.toml", []byte(doc), nil, "config")
 		if err != nil && keys != nil {
 			t.Fatalf("keys %v with an error %v", keys, err)
 		}
 	})
+}
+
+// A flag set parsed by another parser (pflag's, under cobra) sets values
+// behind the Go flag set's back, so fs.Visit sees none: the caller's given
+// set must still win over the file.
+func TestApplyGivenByAnotherParser(t *testing.T) {
+	f := newFlags()
+	if err := f.fs.Lookup("budget").Value.Set("5"); err != nil { // as pflag does
+		t.Fatal(err)
+	}
+	keys, err := ApplyData(f.fs, "agent.toml", []byte("budget = 9\nstate = \"/srv\"\n"), map[string]bool{"budget": true}, "config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *f.budget != 5 || *f.state != "/srv" {
+		t.Errorf("budget, state = %d, %q; want 5 (given), /srv (the file's)", *f.budget, *f.state)
+	}
+	if diff := cmp.Diff([]string{"state"}, keys); diff != "" {
+		t.Errorf("keys applied (-want +got):\n%s", diff)
+	}
 }

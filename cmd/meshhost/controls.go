@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"github.com/spf13/cobra"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/agent/journal"
+	"github.com/meshhost/meshhost/internal/agent/pass"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/migrations"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// The operator's controls: status, approve, freeze, unfreeze, rollback.
+// They act on the agent's state directory, which the agent reads at every
+// pass, so they work whether or not the agent runs.
+
+func init() {
+	register(command{name: "status", summary: "the declaration in force, a blast-radius hold, a freeze, the migration flag", define: defineStatus})
+	register(command{name: "approve", use: "GEN", args: cobra.ExactArgs(1), summary: "let held declaration generation GEN go ahead, paced by the replacement budget", define: defineApprove})
+	register(command{name: "freeze", summary: "no container is created, replaced or removed until unfreeze; DNS keeps serving", define: defineFreeze})
+	register(command{name: "unfreeze", summary: "let passes apply their plans again", define: defineUnfreeze})
+	register(command{name: "rollback", use: "GEN", args: cobra.ExactArgs(1), summary: "re-issue journaled declaration GEN as a new generation, through the same plan, hold and budget",
+		long: "The containers and mesh_names of GEN come back; the roster stays the one in force (names never go back).", define: defineRollback})
+}
+
+// existingState returns the state directory at path, refusing one that
+// does not exist: a typo must not make a new, empty one that the agent
+// never reads.
+func existingState(path string) (statedir.Dir, error) {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return statedir.Dir{}, fmt.Errorf("state directory %s does not exist (is it the agent's --state?)", path)
+	case err != nil:
+		return statedir.Dir{}, fmt.Errorf("state directory: %w", err)
+	case !fi.IsDir():
+		return statedir.Dir{}, fmt.Errorf("state directory %s is not a directory", path)
+	}
+	return statedir.New(path), nil
+}
+
+// statusJSON is `meshhost status --output json`.
+type statusJSON struct {
+	Machine          string         `json:"machine,omitempty"`
+	Generation       uint64         `json:"generation"`
+	MeshNames        string         `json:"mesh_names,omitempty"`
+	Containers       int            `json:"containers"`
+	RosterGeneration uint64         `json:"roster_generation"`
+	HoldAbove        int            `json:"hold_above"`
+	Held             *pass.Hold     `json:"held,omitempty"`
+	Approved         uint64         `json:"approved,omitempty"`
+	Frozen           *agent.Freeze  `json:"frozen,omitempty"`
+	Migration        *migrationJSON `json:"migration,omitempty"`
+	// AgentStatus is false when the agent has written no status yet (never
+	// run a pass with this meshhost).
+	AgentStatus bool `json:"agent_status"`
+}
+
+type migrationJSON struct {
+	Flag   string `json:"flag"`
+	Paused bool   `json:"paused"`
+}
+
+func defineStatus(env *environment, fs *flag.FlagSet) runner {
+	state := fs.String("state", statedir.Default, "the agent's state directory")
+	output := fs.String("output", "text", "output format: text or json")
+	return func(ctx context.Context, args []string) (int, error) {
+		if *output != "text" && *output != "json" {
+			return exitUsage, fmt.Errorf("--output %q: want text or json", *output)
+		}
+		dir, err := existingState(*state)
+		if err != nil {
+			return 1, err
+		}
+		var out statusJSON
+		decl, err := agent.LoadDeclaration(dir)
+		if err != nil {
+			return 1, err
+		}
+		if decl != nil {
+			out.Machine, out.Generation, out.MeshNames, out.Containers = decl.Machine, decl.Generation, string(decl.MeshNames), len(decl.Containers)
+			out.RosterGeneration = decl.Roster.Generation
+		}
+		st, err := agent.LoadStatus(dir)
+		if err != nil {
+			return 1, err
+		}
+		out.HoldAbove = agent.DefaultHoldAbove
+		if st != nil {
+			out.AgentStatus = true
+			out.HoldAbove, out.RosterGeneration = st.HoldAbove, st.RosterGeneration
+			if st.Generation == out.Generation {
+				out.Held = st.Held
+			}
+		}
+		out.Approved = agent.ApprovedDeclaration(dir)
+		if out.Frozen, err = agent.Frozen(dir); err != nil {
+			fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
+		}
+		if _, err := os.Stat(dir.Migrations()); err == nil {
+			gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: out.Machine})
+			if err != nil {
+				return 1, err
+			}
+			ms := gate.State()
+			out.Migration = &migrationJSON{Flag: string(ms.Flag), Paused: ms.Paused}
+			if out.Migration.Flag == "" {
+				out.Migration.Flag = string(spec.FlagOff)
+			}
+		}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(out)
+		}
+		w := env.stdout
+		if decl == nil {
+			fmt.Fprintf(w, "no declaration applied yet in %s\n", dir.Path())
+		} else {
+			fmt.Fprintf(w, "machine %s: declaration %d (%d containers, mesh_names %s), roster %d\n", out.Machine, out.Generation, out.Containers, out.MeshNames, out.RosterGeneration)
+		}
+		switch {
+		case out.Held.Held():
+			fmt.Fprintf(w, "HELD: %s\n", out.Held)
+			for _, r := range out.Held.Replacements {
+				fmt.Fprintf(w, "  replace %s: %s\n", r.Container, r.Reason)
+			}
+		case out.Held != nil:
+			fmt.Fprintf(w, "%s\n", out.Held)
+		case out.HoldAbove == 0:
+			fmt.Fprintln(w, "blast-radius hold: off (--hold-above 0)")
+		default:
+			fmt.Fprintf(w, "blast-radius hold: a declaration replacing more than %d containers waits for meshhost approve\n", out.HoldAbove)
+		}
+		if out.Frozen != nil {
+			fmt.Fprintf(w, "FROZEN since %s", out.Frozen.Since.UTC().Format(time.RFC3339))
+			if out.Frozen.Reason != "" {
+				fmt.Fprintf(w, " (%s)", out.Frozen.Reason)
+			}
+			fmt.Fprintln(w, ": no container is created, replaced or removed until meshhost unfreeze; DNS keeps serving")
+		}
+		if m := out.Migration; m != nil {
+			paused := ""
+			if m.Paused {
+				paused = " (paused)"
+			}
+			fmt.Fprintf(w, "migration flag: %s%s\n", m.Flag, paused)
+		}
+		if !out.AgentStatus {
+			fmt.Fprintln(w, "(the agent has written no status here yet)")
+		}
+		return 0, nil
+	}
+}
+
+func defineApprove(env *environment, fs *flag.FlagSet) runner {
+	output := fs.String("output", "text", "output format: text or json")
+	state := fs.String("state", statedir.Default, "the agent's state directory")
+	return func(ctx context.Context, pos []string) (int, error) {
+		if len(pos) != 1 {
+			return exitUsage, errors.New("name one declaration generation")
+		}
+		gen, err := strconv.ParseUint(pos[0], 10, 64)
+		if err != nil || gen == 0 {
+			return exitUsage, fmt.Errorf("approve takes a declaration generation, not %q", pos[0])
+		}
+		dir, err := existingState(*state)
+		if err != nil {
+			return 1, err
+		}
+		if err := agent.ApproveDeclaration(dir, gen); err != nil {
+			return 1, err
+		}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(map[string]uint64{"approved": gen})
+		}
+		fmt.Fprintf(env.stdout, "declaration %d approved: the agent applies it on its next pass, paced by the replacement budget\n", gen)
+		if st, _ := agent.LoadStatus(dir); st != nil && st.Held.Held() && st.Held.Generation != gen {
+			fmt.Fprintf(env.stdout, "(note: the declaration held is %d, not %d)\n", st.Held.Generation, gen)
+		}
+		return 0, nil
+	}
+}
+
+func defineFreeze(env *environment, fs *flag.FlagSet) runner {
+	output := fs.String("output", "text", "output format: text or json")
+	state := fs.String("state", statedir.Default, "the agent's state directory")
+	reason := fs.String("reason", "", "why, for whoever finds the machine frozen (meshhost status, the agent's log)")
+	return func(ctx context.Context, args []string) (int, error) {
+		dir, err := existingState(*state)
+		if err != nil {
+			return 1, err
+		}
+		f := &agent.Freeze{Since: time.Now().UTC(), Reason: *reason}
+		if cur, err := agent.Frozen(dir); err == nil && cur != nil {
+			f.Since = cur.Since // frozen already: since then
+			if *reason == "" {
+				f.Reason = cur.Reason
+			}
+		}
+		if err := agent.SetFrozen(dir, f); err != nil {
+			return 1, err
+		}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(map[string]*agent.Freeze{"frozen": f})
+		}
+		fmt.Fprintln(env.stdout, "frozen: no container is created, replaced or removed (the agent checks before every action) until meshhost unfreeze; the resolver keeps serving roster changes")
+		return 0, nil
+	}
+}
+
+func defineUnfreeze(env *environment, fs *flag.FlagSet) runner {
+	output := fs.String("output", "text", "output format: text or json")
+	state := fs.String("state", statedir.Default, "the agent's state directory")
+	return func(ctx context.Context, args []string) (int, error) {
+		dir, err := existingState(*state)
+		if err != nil {
+			return 1, err
+		}
+		if err := agent.SetFrozen(dir, nil); err != nil {
+			return 1, err
+		}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(map[string]*agent.Freeze{"frozen": nil})
+		}
+		fmt.Fprintln(env.stdout, "unfrozen: the agent's next pass applies the declaration in force (within the hold and the budget)")
+		return 0, nil
+	}
+}
+
+func defineRollback(env *environment, fs *flag.FlagSet) runner {
+	output := fs.String("output", "text", "output format: text or json")
+	state := fs.String("state", statedir.Default, "the agent's state directory")
+	push := fs.String("push", "", "the agent's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock)")
+	return func(ctx context.Context, pos []string) (int, error) {
+		if len(pos) != 1 {
+			return exitUsage, errors.New("name one declaration generation")
+		}
+		gen, err := strconv.ParseUint(pos[0], 10, 64)
+		if err != nil || gen == 0 {
+			return exitUsage, fmt.Errorf("rollback takes a declaration generation, not %q", pos[0])
+		}
+		dir, err := existingState(*state)
+		if err != nil {
+			return 1, err
+		}
+		cur, err := agent.LoadDeclaration(dir)
+		if err != nil {
+			return 1, err
+		}
+		if cur == nil {
+			return 1, fmt.Errorf("no declaration in force in %s: nothing to roll back from", dir.Path())
+		}
+		j, err := journal.Open(dir.Journal(), journal.Options{})
+		if err != nil {
+			return 1, err
+		}
+		old, err := j.Declaration(gen)
+		if err != nil {
+			return 1, fmt.Errorf("%w (meshhost history lists the declarations the journal holds)", err)
+		}
+		next, err := rollbackOf(old, cur, j)
+		if err != nil {
+			return 1, err
+		}
+		doc, err := next.MarshalJSON()
+		if err != nil {
+			return 1, err
+		}
+		addr := *push
+		if addr == "" {
+			addr = "unix:" + dir.PushSocket()
+		}
+		if err := pushTo(ctx, addr, doc); err != nil {
+			return 1, err
+		}
+		if *output == "json" {
+			return 0, json.NewEncoder(env.stdout).Encode(struct {
+				Generation       uint64 `json:"generation"`
+				From             uint64 `json:"from"`
+				RosterGeneration uint64 `json:"roster_generation"`
+			}{next.Generation, gen, next.Roster.Generation})
+		}
+		fmt.Fprintf(env.stdout, "declaration %d pushed: the containers and mesh_names of declaration %d, with roster %d in force; the agent applies it through the same plan, hold and budget (meshhost status shows a hold)\n",
+			next.Generation, gen, next.Roster.Generation)
+		fmt.Fprintf(env.stdout, "the controller's next declaration must carry a generation above %d\n", next.Generation)
+		return 0, nil
+	}
+}
+
+// rollbackOf returns old re-issued after cur: its containers and migration
+// flag, cur's roster (a roster never goes back: names would return to old
+// addresses), and a generation newer than cur and every one journaled.
+func rollbackOf(old, cur *spec.Declaration, j *journal.Journal) (*spec.Declaration, error) {
+	if old.Machine != cur.Machine {
+		return nil, fmt.Errorf("declaration %d is for machine %q; the one in force is for %q", old.Generation, old.Machine, cur.Machine)
+	}
+	gen := cur.Generation
+	entries, err := j.Declarations()
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		gen = max(gen, e.Generation)
+	}
+	next := *old
+	next.Generation = gen + 1
+	next.Roster = cur.Roster
+	next.Schema = spec.SchemaVersion
+	if err := next.Validate(); err != nil {
+		return nil, fmt.Errorf("declaration %d re-issued as %d: %w", old.Generation, next.Generation, err)
+	}
+	return &next, nil
+}
+
+// pushTo PUTs a declaration document to the agent's push endpoint at addr
+// (unix:/path or a loopback ip:port), and returns the agent's refusal, with
+// its faults, as an error.
+func pushTo(ctx context.Context, addr string, doc []byte) error {
+	client, base := &http.Client{Timeout: time.Minute}, "http://"+addr
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		path = strings.TrimPrefix(path, "//")
+		client.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}}
+		base = "http://meshhost"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/declaration", bytes.NewReader(doc))
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("pushing to the agent at %s (is it running, with its push endpoint on?): %w", addr, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	var refusal struct {
+		Faults []struct{ Path, Reason string } `json:"faults"`
+	}
+	var lines []string
+	if json.Unmarshal(body, &refusal) == nil {
+		for _, f := range refusal.Faults {
+			lines = append(lines, (&spec.FieldError{Path: f.Path, Reason: f.Reason}).Error())
+		}
+	}
+	if len(lines) == 0 {
+		lines = append(lines, strings.TrimSpace(string(body)))
+	}
+	return fmt.Errorf("the agent refused the declaration (%s):\n  %s", resp.Status, strings.Join(lines, "\n  "))
+}

@@ -1,0 +1,229 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
+	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// declarationEnv is declaration() whose containers' env holds env, and
+// whose roster has the declaration's generation.
+func declarationEnv(gen uint64, flag spec.MeshNamesFlag, containers, names int, env string) []byte {
+	return []byte(strings.ReplaceAll(string(declaration(gen, flag, containers, names)), `"env": {"N": "`, `"env": {"E": "`+env+`", "N": "`))
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// holdFixture is an agent on the in-memory runtime holding declarations
+// that replace more than 3 containers, with a budget of 2 replacements a
+// window.
+func holdFixture(t *testing.T) (*fixture, *prometheus.Registry, *syncbuf.Buffer) {
+	reg := prometheus.NewRegistry()
+	logs := &syncbuf.Buffer{}
+	f := newFixture(t, true, func(c *Config) {
+		c.HoldAbove, c.Registerer, c.Logger = 3, reg, newTextLogger(logs)
+		rec, err := reconcile.New(reconcile.Config{Runtime: c.Runtime, Owner: "ace", Budget: reconcile.Budget{Max: 2, Window: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Reconciler = rec
+	})
+	return f, reg, logs
+}
+
+// TestBlastRadiusHold: a declaration whose plan replaces more than
+// HoldAbove containers is not applied (the containers stay, the roster is
+// served), and says so in the report, the metrics, status.json and one log
+// line; a newer declaration is judged afresh; meshhost approve releases
+// it, and the budget still paces it.
+func TestBlastRadiusHold(t *testing.T) {
+	f, reg, logs := holdFixture(t)
+	ctx := context.Background()
+	f.push(t, declarationEnv(1, spec.FlagOn, 6, 10, "a")) // six creates: none held
+	before := ids(f.rt)
+
+	// 2: every container's env changes: six replacements, more than 3.
+	rep := f.push(t, declarationEnv(2, spec.FlagOn, 6, 11, "b"))
+	if !rep.Held.Held() || rep.Held.Generation != 2 || len(rep.Held.Replacements) != 6 {
+		t.Fatalf("report's hold = %+v, want declaration 2 held for 6 replacements", rep.Held)
+	}
+	if r := rep.Held.Replacements[0]; r.Container != "app0" || !strings.HasPrefix(r.Reason, "env: ~E (") {
+		t.Errorf("first replacement = %+v, want app0 for its env", r)
+	}
+	if n := replaced(before, ids(f.rt)); n != 0 || len(ids(f.rt)) != 6 {
+		t.Errorf("a held declaration replaced %d containers", n)
+	}
+	if got := f.srv.Roster().Generation; got != 2 {
+		t.Errorf("the resolver serves roster %d, want 2: a hold holds containers, never names", got)
+	}
+	if _, err := f.agent.Pass(ctx); err != nil { // a second pass: still held, logged once
+		t.Fatal(err)
+	}
+	if g, r := gauge(t, reg, "meshhost_agent_declaration_held"), gauge(t, reg, "meshhost_agent_held_replacements"); g != 1 || r != 6 {
+		t.Errorf("held metrics = %v, %v; want 1, 6", g, r)
+	}
+	if n := strings.Count(logs.String(), "declaration 2 held: it would replace 6 containers, more than --hold-above 3"); n != 1 {
+		t.Errorf("the hold was logged %d times, want once:\n%s", n, logs)
+	}
+	st, err := LoadStatus(statedir.New(f.state))
+	if err != nil || st == nil || !st.Held.Held() || st.Held.Generation != 2 || st.HoldAbove != 3 {
+		t.Errorf("status.json = %+v, %v; want declaration 2 held, hold_above 3", st, err)
+	}
+
+	// 3: a newer declaration replaces the held one and is judged afresh:
+	// two containers change, within the hold, and are applied.
+	doc := strings.Replace(string(declarationEnv(3, spec.FlagOn, 6, 12, "a")), `{"name": "app0", "image": "busybox", "env": {"E": "a"`, `{"name": "app0", "image": "busybox", "env": {"E": "c"`, 1)
+	doc = strings.Replace(doc, `{"name": "app1", "image": "busybox", "env": {"E": "a"`, `{"name": "app1", "image": "busybox", "env": {"E": "c"`, 1)
+	rep = f.push(t, []byte(doc))
+	if rep.Held != nil {
+		t.Fatalf("declaration 3 replaces 2 containers and is held: %+v", rep.Held)
+	}
+	if n := replaced(before, ids(f.rt)); n != 2 {
+		t.Errorf("declaration 3 replaced %d containers, want 2", n)
+	}
+	if g := gauge(t, reg, "meshhost_agent_declaration_held"); g != 0 {
+		t.Errorf("meshhost_agent_declaration_held = %v after the hold lifted", g)
+	}
+
+	// 4: six replacements again: held, until approved; then the budget
+	// (2 a window, spent by declaration 3) paces it.
+	before = ids(f.rt)
+	if rep = f.push(t, declarationEnv(4, spec.FlagOn, 6, 13, "d")); !rep.Held.Held() {
+		t.Fatalf("declaration 4 not held: %+v", rep.Held)
+	}
+	if err := ApproveDeclaration(statedir.New(f.state), 4); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = f.agent.Pass(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Held == nil || !rep.Held.Approved || rep.Result == nil {
+		t.Fatalf("after approve 4: hold %+v, result %v; want approved and applied", rep.Held, rep.Result)
+	}
+	if n := replaced(before, ids(f.rt)); n != 0 || rep.Result.Deferred != 6 {
+		t.Errorf("approved with the budget spent: %d replaced, %d deferred; want 0 and 6 (the budget paces an approved declaration)", n, rep.Result.Deferred)
+	}
+	if !strings.Contains(logs.String(), "held declaration approved by the operator") {
+		t.Errorf("the approval is not logged:\n%s", logs)
+	}
+}
+
+// TestBlastRadiusHoldCountsTheMigrationSwitch: switching the flag from
+// off to on replaces every container once (copy to resolve mode): that is
+// a blast radius like any other, and is held too.
+func TestBlastRadiusHoldCountsTheMigrationSwitch(t *testing.T) {
+	f, _, _ := holdFixture(t)
+	f.push(t, declarationEnv(1, spec.FlagOff, 5, 10, "a"))
+	before := ids(f.rt)
+	rep := f.push(t, declarationEnv(2, spec.FlagOn, 5, 10, "a"))
+	if !rep.Held.Held() || len(rep.Held.Replacements) != 5 {
+		t.Fatalf("the switch to resolve mode: hold %+v, want 5 replacements held", rep.Held)
+	}
+	if r := rep.Held.Replacements[0].Reason; !strings.Contains(r, "dns") || !strings.Contains(r, "hosts") {
+		t.Errorf("the replacement's reason %q does not name the mode switch (hosts, dns)", r)
+	}
+	if n := replaced(before, ids(f.rt)); n != 0 {
+		t.Errorf("the held switch replaced %d containers", n)
+	}
+}
+
+// TestFreeze: while the machine is frozen no container is created,
+// replaced or removed, and the resolver keeps serving every roster the
+// machine receives; unfrozen, the declaration in force is applied.
+func TestFreeze(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := newFixture(t, true, func(c *Config) { c.Registerer = reg })
+	f.push(t, declarationEnv(1, spec.FlagOn, 3, 10, "a"))
+	before := ids(f.rt)
+	dir := statedir.New(f.state)
+	if err := SetFrozen(dir, &Freeze{Since: time.Now(), Reason: "incident 42"}); err != nil {
+		t.Fatal(err)
+	}
+	// 2: app0's env changes, app2 goes, app3 comes, and the roster moves.
+	doc := strings.Replace(string(declarationEnv(2, spec.FlagOn, 4, 11, "a")), `{"name": "app0", "image": "busybox", "env": {"E": "a"`, `{"name": "app0", "image": "busybox", "env": {"E": "z"`, 1)
+	doc = strings.Replace(doc, `{"name": "app2", "image": "busybox", "env": {"E": "a", "N": "2"}},`, ``, 1)
+	rep := f.push(t, []byte(doc))
+	if !rep.Frozen || rep.Result != nil {
+		t.Fatalf("frozen pass: frozen %v, result %v; want frozen and nothing applied", rep.Frozen, rep.Result)
+	}
+	if got := ids(f.rt); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Errorf("frozen, the containers changed: %v -> %v", before, got)
+	}
+	if got := f.srv.Roster(); got.Generation != 2 || len(got.Names) != 11 {
+		t.Errorf("frozen, the resolver serves roster %d with %d names, want 2 with 11", got.Generation, len(got.Names))
+	}
+	if g := gauge(t, reg, "meshhost_agent_frozen"); g != 1 {
+		t.Errorf("meshhost_agent_frozen = %v, want 1", g)
+	}
+	if err := SetFrozen(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.agent.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ids(f.rt)
+	if _, ok := got["app3"]; !ok || len(got) != 3 || got["app0"] == before["app0"] || got["app1"] != before["app1"] {
+		t.Errorf("unfrozen: containers %v (before %v); want app0 replaced, app2 removed, app3 created", got, before)
+	}
+	if rep.Frozen || gauge(t, reg, "meshhost_agent_frozen") != 0 {
+		t.Errorf("unfrozen, the report or the metric still says frozen")
+	}
+}
+
+func newTextLogger(w *syncbuf.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// TestRefusedCountedByNetwork: the agent names the runtime's networks to
+// its resolver, so the refused-clients counter of each network exists, at 0,
+// from the first pass.
+func TestRefusedCountedByNetwork(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	srv, err := resolver.New(resolver.Config{Registerer: reg, Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	f := newFixture(t, true, func(c *Config) { c.Resolver = srv })
+	f.push(t, declaration(1, spec.FlagOn, 1, 3))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "meshhost_resolver_refused_total" {
+			for _, m := range mf.GetMetric() {
+				got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if v, ok := got["podman"]; !ok || v != 0 {
+		t.Errorf("meshhost_resolver_refused_total = %v, want podman (the runtime's network) at 0", got)
+	}
+}
