@@ -58,6 +58,10 @@ type Action struct {
 	ID string
 	// Running reports whether the container ID runs now.
 	Running bool
+	// Removing reports that container ID is in StateRemoving (a removal
+	// of it began and was cut short): Remove only finishes the removal,
+	// without stopping it first.
+	Removing bool
 	// StopTimeout is container ID's own stop timeout, read from its record
 	// label (or inspection); zero when unknown, and Apply inspects it
 	// before stopping.

@@ -284,6 +284,13 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 		}
 		return r.start(ctx, "adopting", o.Name, o.ID, d, healthy)
 	case Remove:
+		if o.Removing {
+			// Nothing runs in it, and the runtime refuses to stop it.
+			if err := r.rt.Remove(ctx, o.ID); err != nil && !errors.Is(err, ErrNotFound) {
+				return fmt.Errorf("finishing the removal of %q: %w", o.Name, err)
+			}
+			return nil
+		}
 		if err := r.stop(ctx, o.ID, o.StopTimeout); err != nil {
 			return fmt.Errorf("removing %q: stopping: %w", o.Name, err)
 		}

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshhost/meshhost/reconcile"
@@ -345,4 +347,131 @@ func TestActionPanicIsAnError(t *testing.T) {
 	}
 	mustReconcile(t, r, desired)
 	checkConverged(t, rt, desired)
+}
+
+// TestRemovalCutShort: podman's API service dies in the middle of a
+// removal, and the container stays "removing" for good: podman refuses to
+// start, stop, rename or inspect it, and only removes it. The next pass
+// finishes the removal of a managed one, without any other call on it,
+// whatever its name, and leaves an unmanaged one alone without inspecting
+// it. (An agent that took such an old container for a live one rolled the
+// replacement back onto it, removing the new container that ran, and then
+// failed every pass for ever.)
+func TestRemovalCutShort(t *testing.T) {
+	ctx := context.Background()
+	cut := memory.Fault{Method: "Remove", N: 1, Crash: true, Cut: true}
+	// calls lists the calls made on container id, but List.
+	calls := func(rt *memory.Runtime, id string) *[]string {
+		var got []string
+		rt.Watch(func(c memory.Call, _ []memory.Container) {
+			if c.ID == id {
+				got = append(got, c.Method)
+			}
+		})
+		return &got
+	}
+	t.Run("the old container of a replacement", func(t *testing.T) {
+		rt, cs := replaceFixture(t)
+		desired := renderAll(t, cs, nil, resolveMode)
+		rt.Inject(cut)
+		if _, err := newReconciler(t, rt, nil).Reconcile(ctx, desired); err == nil {
+			t.Fatal("a pass whose removal was cut short succeeded")
+		}
+		rt.Recover()
+		old, ok := rt.Container("db" + reconcile.AsideSuffix)
+		if !ok || old.State != reconcile.StateRemoving {
+			t.Fatalf("setup: the old container is %+v, want it being removed", old)
+		}
+		replacement, _ := rt.Container("db")
+		r := newReconciler(t, rt, nil)
+		p, err := r.Plan(ctx, desired)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"remove db" + reconcile.AsideSuffix}, kinds(p)); diff != "" {
+			t.Fatalf("plan (-want +got):\n%s\n%v", diff, p)
+		}
+		if why := reasonOf(p, "db"+reconcile.AsideSuffix); !strings.Contains(why, "cut short") {
+			t.Errorf("the removal's reason %q does not say it finishes one cut short", why)
+		}
+		got := calls(rt, old.ID)
+		if _, err := r.Apply(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"Remove"}, *got); diff != "" {
+			t.Errorf("calls on the old container (-want +got):\n%s", diff)
+		}
+		checkConverged(t, rt, desired)
+		if now, _ := rt.Container("db"); now.ID != replacement.ID {
+			t.Errorf("db is %.12s, want the replacement %.12s kept", now.ID, replacement.ID)
+		}
+	})
+	t.Run("a container no longer declared", func(t *testing.T) {
+		rt, cs := replaceFixture(t)
+		cs[0].Image = "postgres:16" // db as it runs
+		desired := renderAll(t, cs[:1], nil, resolveMode)
+		app, _ := rt.Container("app")
+		rt.Inject(cut)
+		if _, err := newReconciler(t, rt, nil).Reconcile(ctx, desired); err == nil {
+			t.Fatal("a pass whose removal was cut short succeeded")
+		}
+		rt.Recover()
+		got := calls(rt, app.ID)
+		converge(t, rt, desired, 1)
+		if diff := cmp.Diff([]string{"Remove"}, *got); diff != "" {
+			t.Errorf("calls on app after the cut (-want +got):\n%s", diff)
+		}
+		if c, ok := rt.Container("app"); ok {
+			t.Errorf("app is still there: %+v", c)
+		}
+	})
+	t.Run("a declared container", func(t *testing.T) {
+		rt, cs := replaceFixture(t)
+		cs[0].Image = "postgres:16"
+		desired := renderAll(t, cs, nil, resolveMode)
+		db, _ := rt.Container("db")
+		if err := rt.Stop(ctx, db.ID, time.Second); err != nil { // an operator's podman rm
+			t.Fatal(err)
+		}
+		rt.Inject(cut)
+		if err := rt.Remove(ctx, db.ID); err == nil {
+			t.Fatal("a removal cut short succeeded")
+		}
+		rt.Recover()
+		p, err := newReconciler(t, rt, nil).Plan(ctx, desired)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"remove db", "create db"}, kinds(p)); diff != "" {
+			t.Errorf("plan (-want +got):\n%s\n%v", diff, p)
+		}
+		converge(t, rt, desired, 1)
+		checkConverged(t, rt, desired)
+	})
+	t.Run("a container meshhost does not manage", func(t *testing.T) {
+		rt, cs := replaceFixture(t)
+		cs[0].Image = "postgres:16"
+		web := container("web", "web:1")
+		id, err := rt.Create(ctx, render(t, web, nil, resolveMode)) // no meshhost labels
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.Inject(cut)
+		if err := rt.Remove(ctx, id); err == nil {
+			t.Fatal("a removal cut short succeeded")
+		}
+		rt.Recover()
+		desired := renderAll(t, append(cs, web), nil, resolveMode)
+		got := calls(rt, id)
+		res, _ := newReconciler(t, rt, nil).Reconcile(ctx, desired)
+		if a := res.Outcomes[len(res.Outcomes)-1]; a.Name != "web" || a.Kind != reconcile.Conflict {
+			t.Errorf("web's action: %v, want a conflict", a.Action)
+		}
+		if len(*got) > 0 {
+			t.Errorf("calls on the unmanaged container: %v, want none", *got)
+		}
+		if c, _ := rt.Container("web"); c.ID != id || c.State != reconcile.StateRemoving {
+			t.Errorf("the unmanaged container is %+v, want it left as it was", c)
+		}
+	})
 }

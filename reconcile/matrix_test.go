@@ -23,12 +23,23 @@ const (
 	replyLost                  // takes effect, but reports a failure
 	crashes                    // fails, and so does every later call (the process died)
 	crashesLost                // takes effect, then the process dies
+	cutShort                   // the runtime's process dies half-way through it (a Remove only), and stays down until the next pass
 )
 
 var outcomes = []outcome{fails, replyLost, crashes, crashesLost}
 
+// outcomesOf is every outcome a call of method can have: a Remove can also
+// be cut short half-way, leaving its container being removed (podman's
+// state when its API service died in the middle of a removal).
+func outcomesOf(method string) []outcome {
+	if method == "Remove" {
+		return append(slices.Clip(outcomes), cutShort)
+	}
+	return outcomes
+}
+
 func (o outcome) String() string {
-	return [...]string{"fails", "reply lost", "crashes", "takes effect, then crashes"}[o]
+	return [...]string{"fails", "reply lost", "crashes", "takes effect, then crashes", "cut short"}[o]
 }
 
 // injection is one fault: the n-th call of method in the pass gets out.
@@ -42,7 +53,7 @@ func (in injection) String() string { return fmt.Sprintf("%s #%d %s", in.method,
 
 func (in injection) fault() memory.Fault {
 	return memory.Fault{Method: in.method, N: in.n, After: in.out == replyLost || in.out == crashesLost,
-		Crash: in.out == crashes || in.out == crashesLost}
+		Crash: in.out == crashes || in.out == crashesLost || in.out == cutShort, Cut: in.out == cutShort}
 }
 
 // call is one call of the faulted pass: its method and its number among
@@ -78,8 +89,13 @@ func matrixDeclared(t *testing.T, image string) []spec.Rendered {
 // at the first call of method, and starts the old container, aside, by
 // hand when startAside is set.
 func interrupted(method string, startAside bool) func(t *testing.T, rt *memory.Runtime) {
+	return interruptedBy(memory.Fault{Method: method, N: 1, Crash: true}, startAside)
+}
+
+// interruptedBy is interrupted, by the fault f.
+func interruptedBy(f memory.Fault, startAside bool) func(t *testing.T, rt *memory.Runtime) {
 	return func(t *testing.T, rt *memory.Runtime) {
-		rt.Inject(memory.Fault{Method: method, N: 1, Crash: true})
+		rt.Inject(f)
 		if _, err := newReconciler(t, rt, nil).Reconcile(context.Background(), matrixDeclared(t, "postgres:17")); err == nil {
 			t.Fatal("setup: a pass with a crash succeeded")
 		}
@@ -123,6 +139,20 @@ var matrixScenarios = []matrixScenario{
 	{"resume: both running", func(t *testing.T, rt *memory.Runtime) []spec.Rendered {
 		interrupted("Remove", true)(t, rt)
 		return matrixDeclared(t, "postgres:17")
+	}},
+	// podman's API service died half-way through removing the old
+	// container: it is left being removed, for good.
+	{"resume: the old one's removal cut short", func(t *testing.T, rt *memory.Runtime) []spec.Rendered {
+		interruptedBy(memory.Fault{Method: "Remove", N: 1, Crash: true, Cut: true}, false)(t, rt)
+		return matrixDeclared(t, "postgres:17")
+	}},
+	{"the old one's removal cut short, the old one declared again", func(t *testing.T, rt *memory.Runtime) []spec.Rendered {
+		interruptedBy(memory.Fault{Method: "Remove", N: 1, Crash: true, Cut: true}, false)(t, rt)
+		return matrixDeclared(t, "postgres:16")
+	}},
+	{"the old one's removal cut short, the new one no longer declared", func(t *testing.T, rt *memory.Runtime) []spec.Rendered {
+		interruptedBy(memory.Fault{Method: "Remove", N: 1, Crash: true, Cut: true}, false)(t, rt)
+		return matrixDeclared(t, "postgres:18")
 	}},
 	{"rollback: the old one is declared again", func(t *testing.T, rt *memory.Runtime) []spec.Rendered {
 		interrupted("Create", false)(t, rt)
@@ -182,7 +212,7 @@ func TestReplacementFaultMatrix(t *testing.T) {
 					from = slices.Index(calls, call{prefix[0].method, prefix[0].n}) + 1
 				}
 				for _, c := range calls[from:] {
-					for _, out := range outcomes {
+					for _, out := range outcomesOf(c.method) {
 						explore(append(slices.Clip(prefix), injection{c.method, c.n, out}))
 					}
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,10 +44,16 @@ func (r *Reconciler) PlanObserved(ctx context.Context, desired []spec.Rendered, 
 	}
 	var err error
 	p := planner{desired: desired, observed: make(map[string]*Observed, len(observed)), owner: r.cfg.Owner, noInPlace: r.cfg.NoInPlaceUpdates}
-	for i := range observed {
-		p.observed[observed[i].Name] = &observed[i]
-	}
 	p.adopted, p.updated = r.state.snapshot(observed)
+	for i := range observed {
+		o := &observed[i]
+		if o.State == StateRemoving && identityOf(o, p.adopted, p.owner).managed {
+			// It can only be removed: its name is as good as free.
+			p.removing = append(p.removing, o)
+			continue
+		}
+		p.observed[o.Name] = o
+	}
 	if ids := p.toInspect(); len(ids) > 0 {
 		if p.inspected, err = r.inspectAll(ctx, ids); err != nil {
 			return nil, err
@@ -104,6 +111,7 @@ type planner struct {
 	adopted   map[string]Adoption       // by container ID
 	updated   map[string]spec.Resources // by container ID: resources set in place
 	inspected map[string]Inspected      // by container ID
+	removing  []*Observed               // managed containers in StateRemoving; not in observed
 	owner     string                    // Config.Owner
 	noInPlace bool                      // Config.NoInPlaceUpdates
 }
@@ -115,7 +123,7 @@ func (p *planner) toInspect() []string {
 	for i := range p.desired {
 		d := &p.desired[i]
 		o := p.observed[d.Name]
-		if o == nil || p.aside(d.Name) != nil {
+		if o == nil || o.State == StateRemoving || p.aside(d.Name) != nil {
 			continue
 		}
 		if id := identityOf(o, p.adopted, p.owner); !id.managed || !knownVersion(id.digest) {
@@ -132,6 +140,7 @@ func knownVersion(label string) bool {
 
 func (p *planner) plan() *Plan {
 	plan := &Plan{Actions: make([]Action, 0, len(p.desired))}
+	plan.Actions = append(plan.Actions, p.unfinished()...)
 	plan.Actions = append(plan.Actions, p.removals(&plan.Unmanaged)...)
 	byName := make(map[string]*spec.Rendered, len(p.desired))
 	for i := range p.desired {
@@ -190,6 +199,24 @@ func (p *planner) removals(unmanaged *int) []Action {
 	return out
 }
 
+// unfinished returns a Remove for every managed container whose removal
+// began and was cut short (StateRemoving), whatever its name: declared,
+// aside or gone, it can never run again, and until it is removed it holds
+// its name. Removals run before every other action, so a declared name it
+// holds is free by the time its container is created.
+func (p *planner) unfinished() []Action {
+	out := make([]Action, 0, len(p.removing))
+	for _, o := range p.removing {
+		reason := "its removal began and was cut short (as when podman's API service stops in the middle of one): finishing it"
+		if base, aside := strings.CutSuffix(o.Name, AsideSuffix); aside {
+			reason = fmt.Sprintf("the old container of a replacement of %q, whose removal (the replacement's last step) was cut short: finishing it", base)
+		}
+		out = append(out, Action{Kind: Remove, Name: o.Name, ID: o.ID, Removing: true, Reason: reason})
+	}
+	slices.SortFunc(out, func(a, b Action) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 // aside returns the container an interrupted replacement of name left
 // aside, NAME+AsideSuffix, when this Reconciler manages it, and nil
 // otherwise: anyone else's container under that name is no replacement of
@@ -236,6 +263,11 @@ func (p *planner) decide(d *spec.Rendered) Action {
 	}
 	a.ID, a.Running = o.ID, o.State == StateRunning
 	id := identityOf(o, p.adopted, p.owner)
+	if o.State == StateRemoving { // not managed: those are in p.removing
+		a.Kind = Conflict
+		a.Reason = "held by a container meshhost does not manage whose removal began and was cut short; meshhost never touches it: remove it (podman rm)"
+		return a
+	}
 	if !id.managed || !knownVersion(id.digest) {
 		return p.compareFields(a, o, id)
 	}

@@ -34,7 +34,8 @@ type Runtime interface {
 	Stop(ctx context.Context, id string, timeout time.Duration) error
 	// Rename gives a container a new name (ErrNameInUse if taken).
 	Rename(ctx context.Context, id, name string) error
-	// Remove removes a stopped container. Its named volumes stay.
+	// Remove removes a stopped container, or finishes the removal of one
+	// in StateRemoving. Its named volumes stay.
 	Remove(ctx context.Context, id string) error
 	// Update changes the resource limits of a container in place.
 	Update(ctx context.Context, id string, res spec.Resources) error
@@ -54,7 +55,15 @@ const (
 	StateRunning State = "running"
 	StateExited  State = "exited" // stopped, or exited by itself
 	StatePaused  State = "paused"
-	StateUnknown State = "unknown"
+	// StateRemoving: the runtime began removing the container and never
+	// finished. Podman marks a container so before it deletes its storage,
+	// and a removal cut short (its API service killed or restarted in the
+	// middle of the call) leaves it so for good: it cannot be started,
+	// stopped, renamed or even inspected any more (its storage may be half
+	// gone), only removed. The planner finishes the removal of a managed
+	// one and touches no other call on it.
+	StateRemoving State = "removing"
+	StateUnknown  State = "unknown"
 )
 
 // Health is a container's healthcheck status.

@@ -631,3 +631,126 @@ func TestDisruptivePodmanRestart(t *testing.T) {
 		t.Errorf("after the restart the resolver answers alpha.internal with %q", got)
 	}
 }
+
+// fltManyFiles is how many files the container of
+// TestDisruptivePodmanDiesMidRemoval writes into its writable layer: enough
+// that podman takes a tenth of a second or more to delete them.
+const fltManyFiles = 20000
+
+// TestDisruptivePodmanDiesMidRemoval: podman's API service dies while it
+// removes the old container at the end of a replacement, after it marked
+// the container "removing" and began deleting its storage. Podman (4.3 and
+// 5 alike) then keeps the container "removing" for good, refusing to start,
+// stop, rename or inspect it. Once podman is back, the agent finishes the
+// removal and keeps the new container, which runs: it neither rolls back
+// onto the half-removed one nor fails pass after pass.
+//
+// TestDisruptivePodmanRestart kills podman at a random moment of a pass;
+// this one kills it exactly there: the old container holds many files, and
+// the test kills the service the moment they start to disappear.
+func TestDisruptivePodmanDiesMidRemoval(t *testing.T) {
+	if os.Getenv("MESHHOST_DISRUPTIVE") != "1" {
+		t.Skip("kills a podman API service in the middle of a removal: runs only with MESHHOST_DISRUPTIVE=1, alone (make test runs it after everything else)")
+	}
+	h := podmantest.New(t)
+	podmantest.Exclusive(t)
+	socket, runDir := fltPodmanService(t)
+	state := t.TempDir()
+	sock := filepath.Join(state, "push.sock")
+	machine := strings.TrimSuffix(h.Prefix(), "-")
+	a := h.Name("a")
+	logs, _, _ := fltInProcess(t, "--runtime", "podman", "--podman", socket, "--machine", machine,
+		"--state", state, "--push", "unix:"+sock, "--http", "off", "--listen", dnstest.FreePort(t).String(),
+		"--interval", "1s", "--budget", "10", "--probe-binary", "/nonexistent",
+		"--node-local", "169.254.53.99", "--loopback", e2eLoopback)
+	decl := func(gen int) string {
+		script := fmt.Sprintf(`mkdir /many; i=0; while [ $i -lt %d ]; do : > /many/$i; i=$((i+1)); done; echo written; trap "exit 0" TERM; sleep 600 & wait`, fltManyFiles)
+		return fmt.Sprintf(`{"schema": 1, "machine": %q, "generation": %d, "mesh_names": "off", "roster": %s, "containers": [{"name": %q, "image": %q, "command": ["sh", "-c", %q], "stop_timeout": "5s"}]}`,
+			machine, gen, fltRoster(gen), a, podmantest.Image, script)
+	}
+	push := fltPusher(sock)
+	if err := push(decl(1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first container has written its files", 2*time.Minute, func() bool {
+		out, _ := h.Podman("logs", a)
+		return strings.Contains(out, "written")
+	})
+	old := h.MustPodman("inspect", "--format", "{{.Id}}", a)
+	upper := h.MustPodman("inspect", "--format", "{{.GraphDriver.Data.UpperDir}}", a)
+	pid, err := os.ReadFile(filepath.Join(runDir, "podman.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The layer as the service sees it (podman 5's lives in a mount
+	// namespace of its own).
+	many := filepath.Join("/proc", strings.TrimSpace(string(pid)), "root", upper, "many")
+	if _, err := os.Stat(filepath.Join(many, "0")); err != nil {
+		t.Fatalf("the container's files are not where podman says its layer is: %v", err)
+	}
+
+	// Generation 2 replaces a (its hosts change); its last step removes the
+	// old container, and the service dies as soon as that has begun.
+	mark := len(logs.String())
+	if err := push(decl(2)); err != nil {
+		t.Fatal(err)
+	}
+	sentinels := make([]string, 16)
+	for i := range sentinels {
+		sentinels[i] = filepath.Join(many, strconv.Itoa(i*fltManyFiles/len(sentinels)))
+	}
+	began := false
+	for deadline := time.Now().Add(2 * time.Minute); !began && time.Now().Before(deadline); {
+		for _, s := range sentinels {
+			if _, err := os.Lstat(s); err != nil {
+				began = true
+				break
+			}
+		}
+		if !began {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if !began {
+		t.Fatalf("the old container's files were not removed within 2 minutes; the agent logged:\n%s", logs.String()[mark:])
+	}
+	fltStopPodman(t, runDir)
+	var st string
+	if rows, err := fltPS(h); err == nil {
+		for _, r := range rows {
+			if r.id == old {
+				st = r.state
+			}
+		}
+	}
+	t.Logf("the service died while it removed the old container; podman now says it is %q", st)
+	if st != "removing" {
+		t.Fatalf("the old container is %q after the service died in its removal, want \"removing\": the test no longer makes the state it is about", st)
+	}
+
+	fltPodmanUp(t, runDir)
+	var ids map[string]string
+	eventually(t, "the agent converges once podman is back", time.Minute, func() bool {
+		var clean bool
+		ids, clean = fltRunningIDs(h)
+		return clean && len(ids) == 1 && ids[a] != "" && ids[a] != old
+	})
+	after := logs.String()[mark:]
+	if !strings.Contains(after, "was cut short") {
+		t.Errorf("the agent did not say it finished a removal cut short:\n%s", after)
+	}
+	if strings.Contains(after, "kind=rollback") {
+		t.Errorf("the agent rolled back onto the half-removed container:\n%s", after)
+	}
+	if replaced := strings.Count(after, "kind=replace reason="); replaced > 1 {
+		t.Errorf("a was replaced %d times, want once:\n%s", replaced, after)
+	}
+	settled := len(logs.String())
+	time.Sleep(3 * time.Second) // three passes
+	if later := logs.String()[settled:]; strings.Contains(later, "pass failed") || strings.Contains(later, "reconcile action") {
+		t.Errorf("after converging the agent still acts or fails:\n%s", later)
+	}
+	if got, clean := fltRunningIDs(h); !clean || !maps.Equal(got, ids) {
+		t.Errorf("the machine changed after converging: %v -> %v", ids, got)
+	}
+}

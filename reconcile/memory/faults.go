@@ -11,6 +11,11 @@ import (
 // ErrInjected is the error an injected Fault returns when it names none.
 var ErrInjected = errors.New("memory: injected failure")
 
+// ErrBeingRemoved is what every call but List and Remove returns for a
+// container in reconcile.StateRemoving, as podman refuses them ("container
+// state improper").
+var ErrBeingRemoved = errors.New("memory: the container's removal began and was cut short; it can only be removed")
+
 // Call is one call of a Runtime method, as failure hooks see it.
 type Call struct {
 	Method string // "List", "Inspect", "Create", "Start", "Stop", "Rename", "Remove", "Update"
@@ -35,6 +40,12 @@ type Fault struct {
 	// Crash makes this and every later call of any method fail with Err,
 	// as if the process driving the runtime died here, until Recover.
 	Crash bool
+	// Cut cuts the call short half-way and fails it, as when podman's API
+	// service dies in the middle of it. Only a Remove can be cut: it leaves
+	// the container in reconcile.StateRemoving, where podman leaves it
+	// (see Runtime.Remove). With Crash, as the service stays dead, every
+	// later call fails too, until Recover.
+	Cut bool
 }
 
 type fault struct {
@@ -51,6 +62,9 @@ func (m *Runtime) Inject(f Fault) {
 	}
 	if f.Err == nil {
 		f.Err = ErrInjected
+	}
+	if f.Cut && f.Method != "Remove" {
+		panic(fmt.Sprintf("memory: a %s cannot be cut short (only a Remove can)", f.Method))
 	}
 	m.faults = append(m.faults, &fault{Fault: f, at: m.calls[f.Method] + f.N})
 }
@@ -152,8 +166,8 @@ func (m *Runtime) enter(ctx context.Context, call Call) error {
 		}
 		m.faults = append(m.faults[:i], m.faults[i+1:]...)
 		err := fmt.Errorf("%s call %d: %w", call.Method, call.N, f.Err)
-		if f.After {
-			m.pending = &pendingFault{err: err, crash: f.Crash}
+		if f.After || f.Cut {
+			m.pending = &pendingFault{err: err, crash: f.Crash, cut: f.Cut}
 			return nil
 		}
 		if f.Crash {
@@ -181,4 +195,5 @@ func (m *Runtime) leave(Call) error {
 type pendingFault struct {
 	err   error
 	crash bool
+	cut   bool // the call stops half-way (see Fault.Cut)
 }

@@ -218,7 +218,9 @@ func (m *Runtime) Rename(ctx context.Context, id, name string) error {
 }
 
 // Remove implements reconcile.Runtime. Like podman without --force, it
-// refuses a running container. Volumes always stay.
+// refuses a running container. Volumes always stay. A Remove cut short
+// (Fault.Cut) leaves the container in reconcile.StateRemoving, as podman
+// does: then every call but List and another Remove fails on it.
 func (m *Runtime) Remove(ctx context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -230,6 +232,10 @@ func (m *Runtime) Remove(ctx context.Context, id string) error {
 	}
 	if c.state == reconcile.StateRunning {
 		return fmt.Errorf("removing %q: container is running; stop it first", c.settings.Name)
+	}
+	if m.pending != nil && m.pending.cut {
+		c.state = reconcile.StateRemoving // not removed: no event
+		return m.leave(call)
 	}
 	delete(m.containers, id)
 	delete(m.names, c.settings.Name)
@@ -260,6 +266,10 @@ func (m *Runtime) lookup(ctx context.Context, call Call) (*container, error) {
 	c, ok := m.containers[call.ID]
 	if !ok {
 		return nil, fmt.Errorf("%s %s: %w", strings.ToLower(call.Method), call.ID, reconcile.ErrNotFound)
+	}
+	if c.state == reconcile.StateRemoving && call.Method != "Remove" {
+		// As podman answers: its removal began, nothing else is possible.
+		return nil, fmt.Errorf("%s %s: %w", strings.ToLower(call.Method), call.ID, ErrBeingRemoved)
 	}
 	return c, nil
 }

@@ -111,3 +111,50 @@ func TestWatch(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovalCutShort: a Remove cut short leaves the container being
+// removed, as podman does when its API service dies in the middle of one:
+// listed, refused by every call but Remove, which finishes it.
+func TestRemovalCutShort(t *testing.T) {
+	ctx := context.Background()
+	m := memory.New(memory.Options{})
+	id, err := m.Create(ctx, spec.Rendered{Container: spec.Container{Name: "db", Image: "pg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Inject(memory.Fault{Method: "Remove", Cut: true, Crash: true})
+	if err := m.Remove(ctx, id); !errors.Is(err, memory.ErrInjected) {
+		t.Fatalf("Remove cut short = %v, want ErrInjected", err)
+	}
+	if _, err := m.List(ctx); err == nil {
+		t.Error("List after a crash = nil error, want the crash's")
+	}
+	m.Recover()
+	list, err := m.List(ctx)
+	if err != nil || len(list) != 1 || list[0].State != reconcile.StateRemoving {
+		t.Fatalf("List = %+v, %v; want db being removed", list, err)
+	}
+	for name, call := range map[string]func() error{
+		"Start":   func() error { return m.Start(ctx, id) },
+		"Stop":    func() error { return m.Stop(ctx, id, time.Second) },
+		"Rename":  func() error { return m.Rename(ctx, id, "db2") },
+		"Update":  func() error { return m.Update(ctx, id, spec.Resources{}) },
+		"Inspect": func() error { _, err := m.Inspect(ctx, id); return err },
+	} {
+		if err := call(); !errors.Is(err, memory.ErrBeingRemoved) {
+			t.Errorf("%s on a container being removed = %v, want ErrBeingRemoved", name, err)
+		}
+	}
+	if err := m.Remove(ctx, id); err != nil {
+		t.Fatalf("Remove of a container being removed = %v", err)
+	}
+	if list, _ := m.List(ctx); len(list) != 0 {
+		t.Errorf("List after the removal = %+v, want nothing", list)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Inject(a Start cut short) did not panic: only a Remove can be cut")
+		}
+	}()
+	m.Inject(memory.Fault{Method: "Start", Cut: true})
+}

@@ -66,6 +66,10 @@ func state(s string) reconcile.State {
 		return reconcile.StateExited
 	case "paused":
 		return reconcile.StatePaused
+	case "removing":
+		// A removal began and was cut short (see reconcile.StateRemoving):
+		// podman 4.3 and 5 alike refuse to start, stop or inspect it.
+		return reconcile.StateRemoving
 	}
 	return reconcile.StateUnknown
 }

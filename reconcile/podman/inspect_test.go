@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containers/podman/v5/libpod/define"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/meshhost/meshhost/internal/testkit/podmantest"
@@ -240,4 +241,36 @@ func TestInspectReportsWhatWasCreated(t *testing.T) {
 			t.Errorf("Inspect: env PATH = %q, want podman's default", got.Env["PATH"])
 		}
 	})
+}
+
+// TestEveryPodmanStateMapped: every state podman's libpod knows maps to a
+// reconcile.State other than unknown (a state the planner did not know made
+// an agent loop for ever on a container whose removal was cut short), and
+// the mapping says what each means to the reconciler.
+func TestEveryPodmanStateMapped(t *testing.T) {
+	want := map[string]reconcile.State{
+		"created":     reconcile.StateCreated, // libpod's Configured
+		"initialized": reconcile.StateCreated, // libpod's Created
+		"running":     reconcile.StateRunning,
+		"stopping":    reconcile.StateRunning, // a stop in progress, or cut short: stop it (again)
+		"stopped":     reconcile.StateExited,
+		"exited":      reconcile.StateExited,
+		"paused":      reconcile.StatePaused,
+		"removing":    reconcile.StateRemoving,
+		"unknown":     reconcile.StateUnknown,
+	}
+	for s := define.ContainerStateUnknown; s <= define.ContainerStateStopping; s++ {
+		name := s.String()
+		w, ok := want[name]
+		if !ok {
+			t.Errorf("podman state %d (%q) is not in this test's table: map it in state()", s, name)
+			continue
+		}
+		if got := state(name); got != w {
+			t.Errorf("state(%q) = %q, want %q", name, got, w)
+		}
+	}
+	if got := (define.ContainerStateStopping + 1).String(); got != "bad state" {
+		t.Errorf("podman knows a state after stopping (%q): map it in state() and add it here", got)
+	}
 }
