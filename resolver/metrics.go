@@ -18,6 +18,8 @@ type metrics struct {
 	generation  prometheus.Gauge
 	swap        prometheus.Histogram
 	swapPanics  prometheus.Counter
+	swaps       *prometheus.CounterVec
+	merges      prometheus.Counter
 }
 
 // qtypeLabels are the qtype label values; the last one counts the rest.
@@ -88,11 +90,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meshhost_resolver_swap_panics_total",
 			Help: "Roster swaps that panicked (a bug) while validating, compiling or saving the roster; the roster served stayed.",
 		}),
+		swaps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshhost_resolver_swaps_total",
+			Help: "Rosters swapped in, by how: delta (Apply), diff (Update of a roster that changed few names) or whole (compiled whole).",
+		}, []string{"how"}),
+		merges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_resolver_merges_total",
+			Help: "Times the names changed by deltas were folded into a newly compiled table, in the background.",
+		}),
+	}
+	for _, how := range []string{"delta", "diff", "whole"} {
+		m.swaps.WithLabelValues(how)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{(*queryCollector)(m), m.forwarded, m.latency, m.generation, m.swap, m.swapPanics} {
+	for _, c := range []prometheus.Collector{(*queryCollector)(m), m.forwarded, m.latency, m.generation, m.swap, m.swapPanics, m.swaps, m.merges} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
