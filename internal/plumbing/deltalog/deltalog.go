@@ -2,11 +2,12 @@
 // written whole, as an append-only log beside it, so that a small change
 // costs a small write instead of rewriting the document.
 //
-// The owner writes the document (the base) whole with package atomicfile,
-// appends each change to the log with its key (the generation the change
-// brings the document to; keys only grow), and folds the log into a new
-// base now and then (Trim after writing it). Reading back is the base,
-// then every record whose key is above the base's generation, in order.
+// A Store writes the document (the base) whole, atomically, appends each
+// change to the log with its key (the generation the change brings the
+// document to; keys only grow), and trims the log after each base. The
+// owner folds the log into a new base now and then (Due). Reading back is
+// the base, then every record whose key is above the base's generation,
+// in order.
 //
 // A record is one line, "KEY CRC32C PAYLOAD\n", the payload without a
 // newline (compact JSON). A crash can tear only the last line: it fails
@@ -279,3 +280,115 @@ func unwrapPath(err error) error {
 	}
 	return err
 }
+
+// ErrWhole is returned by Store.Append when the log no longer follows on
+// from the base (an append failed before, or the log held records its
+// owner could not apply): the owner writes the document whole instead.
+var ErrWhole = errors.New("the log does not follow on from the base: write the document whole")
+
+// MinCompact is the smallest log Store.Due asks to fold into the base.
+const MinCompact = 64 << 10
+
+// Store is a document kept as a base file, written whole now and then
+// (atomically, package atomicfile), and the log beside it of the changes
+// made since. It orders the writes of the base, so that a base never
+// replaces a newer one, and trims the log after each. Its methods are
+// safe for concurrent use.
+type Store struct {
+	path string
+	log  *Log
+
+	// mu orders writes of the base and guards the fields below.
+	mu   sync.Mutex
+	gen  uint64 // of the base
+	size int64  // of the base
+	// whole is set when the log no longer follows on from the base: the
+	// next write must be the base.
+	whole bool
+}
+
+// ReadStore reads the base at path (an error wrapping fs.ErrNotExist when
+// there is none) and the records of the log at logPath (see Read).
+func ReadStore(path, logPath string) (base []byte, records []Record, err error) {
+	base, err = os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	records, _, err = Read(logPath)
+	return base, records, err
+}
+
+// OpenStore opens the store of the base at path and the log at logPath,
+// whose owner read them (ReadStore): the base is generation gen, of size
+// bytes (0 and 0: none); whole says the log's records could not all be
+// applied, so the next write must be the base.
+func OpenStore(path, logPath string, gen uint64, size int64, whole bool) (*Store, error) {
+	l, _, err := Open(logPath)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{path: path, log: l, gen: gen, size: size, whole: whole}, nil
+}
+
+// WriteBase writes data, the document at generation gen, as the base, and
+// drops the log's records it holds (all of them, if the log did not follow
+// on). A gen not above the generation written last is not written (a
+// slower writer of an older document), unless the log needs a base.
+func (s *Store) WriteBase(gen uint64, data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen <= s.gen && !s.whole {
+		return nil
+	}
+	if err := atomicfile.Write(s.path, data, 0o600); err != nil {
+		return err
+	}
+	s.gen, s.size = gen, int64(len(data))
+	trim := func() error { return s.log.Trim(gen) }
+	if s.whole {
+		trim = s.log.Reset // its records may not follow on from the base
+	}
+	if err := trim(); err != nil {
+		// The base is whole and newer than the records: readers skip
+		// them; a log that did not follow on still needs a Reset.
+		return err
+	}
+	s.whole = false
+	return nil
+}
+
+// Append logs a change that made generation gen, or returns ErrWhole when
+// the base must be written instead. After a failed append the log no
+// longer follows on from the documents that come next, so every Append
+// returns ErrWhole until WriteBase succeeds.
+func (s *Store) Append(gen uint64, payload []byte) error {
+	s.mu.Lock()
+	whole := s.whole
+	s.mu.Unlock()
+	if whole {
+		return ErrWhole
+	}
+	err := s.log.Append(gen, payload)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.whole = true
+		return err
+	}
+	return nil
+}
+
+// Due reports whether the log has outgrown half the base (and MinCompact):
+// time to write the document whole.
+func (s *Store) Due() bool {
+	s.mu.Lock()
+	size := s.size
+	s.mu.Unlock()
+	return s.log.Size() > max(size/2, MinCompact)
+}
+
+// LogSize is the bytes the log's records take.
+func (s *Store) LogSize() int64 { return s.log.Size() }
+
+// Close closes the log.
+func (s *Store) Close() error { return s.log.Close() }

@@ -179,3 +179,52 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// TestStore: a base never replaces a newer one; after a failed append the
+// store asks for the base (ErrWhole) until one is written, and that base
+// empties the log whatever its records were.
+func TestStore(t *testing.T) {
+	dir := t.TempDir()
+	base, logPath := filepath.Join(dir, "doc.json"), filepath.Join(dir, "doc.json.log")
+	s, err := OpenStore(base, logPath, 0, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteBase(5, []byte("five")); err != nil {
+		t.Fatal(err)
+	}
+	for gen := uint64(6); gen <= 8; gen++ {
+		if err := s.Append(gen, fmt.Appendf(nil, "%d", gen)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.WriteBase(4, []byte("four")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteBase(7, []byte("seven")); err != nil {
+		t.Fatal(err)
+	}
+	data, recs, err := ReadStore(base, logPath)
+	if err != nil || string(data) != "seven" {
+		t.Fatalf("base = %q, %v; want seven (four is older than five)", data, err)
+	}
+	if diff := cmp.Diff([]string{"8=8"}, keys(recs)); diff != "" {
+		t.Errorf("log after the base of 7 (-want +got):\n%s", diff)
+	}
+	if err := s.Append(8, []byte("again")); err == nil {
+		t.Fatal("Append of a key already logged succeeded")
+	}
+	if err := s.Append(9, []byte("9")); !errors.Is(err, ErrWhole) {
+		t.Fatalf("Append after a failed one = %v, want ErrWhole", err)
+	}
+	if err := s.WriteBase(9, []byte("nine")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(10, []byte("10")); err != nil {
+		t.Fatalf("Append after the base: %v", err)
+	}
+	data, recs, _ = ReadStore(base, logPath)
+	if string(data) != "nine" || !cmp.Equal([]string{"10=10"}, keys(recs)) {
+		t.Errorf("store = %q %q, want nine and 10", data, keys(recs))
+	}
+}
