@@ -419,9 +419,9 @@ func TestApplySaves(t *testing.T) {
 		want.Apply(d)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for s2.state.compacting.Load() || s2.state.log.Size() > minCompact {
+	for s2.state.compacting.Load() || s2.state.store.LogSize() > deltalog.MinCompact {
 		if time.Now().After(deadline) {
-			t.Fatalf("the log still holds %d bytes", s2.state.log.Size())
+			t.Fatalf("the log still holds %d bytes", s2.state.store.LogSize())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

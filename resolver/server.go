@@ -90,16 +90,15 @@ func New(cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
 	if cfg.StatePath != "" {
-		r, baseSize, broken, err := loadState(cfg.StatePath)
-		var baseGen uint64
+		r, saved, err := loadState(cfg.StatePath)
 		switch {
 		case errors.Is(err, errNoState):
 		case err != nil:
 			s.cancel()
 			return nil, err
 		default:
-			if broken != nil {
-				s.log.Warn("the saved roster's log could not all be read; serving what it held up to the fault, and saving the roster whole at the next change", "err", broken)
+			if saved.broken != nil {
+				s.log.Warn("the saved roster's log could not all be read; serving what it held up to the fault, and saving the roster whole at the next change", "err", saved.broken)
 			}
 			var t *table
 			err := s.safely(r.Generation, "compiling the saved", func() (err error) {
@@ -113,9 +112,8 @@ func New(cfg Config) (*Server, error) {
 			s.table.Store(t)
 			s.metrics.generation.Set(float64(t.gen))
 			s.log.Info("serving saved roster", "path", cfg.StatePath, "generation", t.gen, "names", len(r.Names))
-			baseGen = t.gen // what the roster file and the log make
 		}
-		st, err := openState(cfg.StatePath, baseGen, baseSize, broken != nil)
+		st, err := openState(cfg.StatePath, saved)
 		if err != nil {
 			s.cancel()
 			return nil, err
@@ -187,7 +185,7 @@ func (s *Server) Close() error {
 	}
 	s.wg.Wait()
 	if s.state != nil {
-		errs = append(errs, s.state.log.Close())
+		errs = append(errs, s.state.store.Close())
 	}
 	return errors.Join(errs...)
 }

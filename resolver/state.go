@@ -4,13 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
-	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 	"github.com/meshhost/meshhost/internal/plumbing/deltalog"
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/spec"
@@ -33,41 +30,48 @@ var errNoState = errors.New("no saved roster")
 // LogPath is the path of the log of deltas beside the roster file path.
 func LogPath(statePath string) string { return statePath + ".log" }
 
-// minCompact is the smallest log worth folding into the roster file.
-const minCompact = 64 << 10
-
 // LoadState reads the roster saved at statePath (Config.StatePath): the
 // roster file and the deltas logged beside it. It returns an error
 // wrapping fs.ErrNotExist when no roster was saved there.
 func LoadState(statePath string) (*spec.Roster, error) {
-	r, _, _, err := loadState(statePath)
+	r, _, err := loadState(statePath)
 	if errors.Is(err, errNoState) {
 		return nil, fmt.Errorf("%w: %s", fs.ErrNotExist, statePath)
 	}
 	return r, err
 }
 
-// loadState reads the state: the roster, the size of the roster file, and
-// (broken) why the log could not all be applied, in which case the roster
-// is the one the roster file and the log's records before the fault make,
-// and the next save writes the roster file whole.
-func loadState(path string) (r *spec.Roster, baseSize int64, broken, err error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, nil, errNoState
+// savedState is what loadState read besides the roster.
+type savedState struct {
+	baseGen  uint64 // the roster file's generation
+	baseSize int64
+	// broken says why the log could not all be applied: the roster is then
+	// the one the roster file and the log's records before the fault
+	// make, and the next save writes the roster file whole.
+	broken error
+}
+
+func loadState(path string) (*spec.Roster, savedState, error) {
+	data, records, err := deltalog.ReadStore(path, LogPath(path))
+	if errors.Is(err, fs.ErrNotExist) && data == nil {
+		return nil, savedState{}, errNoState
 	}
+	var st savedState
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("reading saved roster: %w", err)
+		if data == nil {
+			return nil, st, fmt.Errorf("reading saved roster: %w", err)
+		}
+		st.broken = err // the log is unreadable: the roster file alone
 	}
-	r, err = specjson.ParseRoster(data)
+	r, err := specjson.ParseRoster(data)
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("saved roster %q is unreadable (remove it to start without one): %w", path, err)
+		return nil, st, fmt.Errorf("saved roster %q is unreadable (remove it to start without one): %w", path, err)
 	}
-	records, _, err := deltalog.Read(LogPath(path))
-	if err != nil {
-		return r, int64(len(data)), err, nil
+	st.baseGen, st.baseSize = r.Generation, int64(len(data))
+	if st.broken == nil {
+		st.broken = applyRecords(r, records, LogPath(path))
 	}
-	return r, int64(len(data)), applyRecords(r, records, LogPath(path)), nil
+	return r, st, nil
 }
 
 // applyRecords applies the deltas of records above r's generation to r, in
@@ -93,92 +97,50 @@ func applyRecords(r *spec.Roster, records []deltalog.Record, path string) error 
 
 // state is a Server's saved roster.
 type state struct {
-	path string
-	log  *deltalog.Log
-
+	path       string
+	store      *deltalog.Store
 	compacting atomic.Bool
-
-	// mu orders writes of the roster file and guards the fields below.
-	mu       sync.Mutex
-	baseGen  uint64 // generation of the roster file
-	baseSize int64
-	// whole is set when the log no longer follows on from the roster
-	// served (an append failed, or a record could not be read back): the
-	// next save writes the roster file whole.
-	whole bool
 }
 
-// openState opens the log beside path for appending; the roster file holds
-// generation baseGen.
-func openState(path string, baseGen uint64, baseSize int64, whole bool) (*state, error) {
-	l, _, err := deltalog.Open(LogPath(path))
+func openState(path string, saved savedState) (*state, error) {
+	st, err := deltalog.OpenStore(path, LogPath(path), saved.baseGen, saved.baseSize, saved.broken != nil)
 	if err != nil {
 		return nil, err
 	}
-	return &state{path: path, log: l, baseGen: baseGen, baseSize: baseSize, whole: whole}, nil
+	return &state{path: path, store: st}, nil
 }
 
 // saveWhole writes t's roster as the roster file, atomically (a temporary
 // file in the same directory, synced, renamed over it, and the directory
 // synced), and drops the log's records it holds.
 func (st *state) saveWhole(t *table, busy func() bool) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.writeLocked(t, busy)
-}
-
-func (st *state) writeLocked(t *table, busy func() bool) error {
-	if t.gen <= st.baseGen && !st.whole {
-		return nil // written already, or a newer one is
-	}
-	data := t.appendJSON(nil, busy)
-	if err := atomicfile.Write(st.path, data, 0o600); err != nil {
+	if err := st.store.WriteBase(t.gen, t.appendJSON(nil, busy)); err != nil {
 		return fmt.Errorf("saving roster to %q: %w", st.path, err)
 	}
-	trim := func() error { return st.log.Trim(t.gen) }
-	if st.whole {
-		trim = st.log.Reset // its records may not follow on from the file
-	}
-	st.baseGen, st.baseSize = t.gen, int64(len(data))
-	if err := trim(); err != nil {
-		// The roster file is whole and newer than every record: readers
-		// skip them. The next compaction trims again.
-		return fmt.Errorf("saving roster to %q: %w", st.path, err)
-	}
-	st.whole = false
 	return nil
 }
 
 // saveDelta appends d, which made the roster t serves, to the log; or
 // writes t's roster whole if the log cannot take it.
 func (st *state) saveDelta(t *table, d *spec.RosterDelta, busy func() bool) error {
-	st.mu.Lock()
-	whole := st.whole
-	st.mu.Unlock()
-	if !whole {
-		payload, err := d.MarshalJSON()
-		if err == nil {
-			err = st.log.Append(d.To, payload)
-		}
-		if err == nil {
-			return nil
-		}
-		st.mu.Lock()
-		st.whole = true // the next delta would not follow on from the log
-		st.mu.Unlock()
+	payload, err := d.MarshalJSON()
+	if err == nil {
+		err = st.store.Append(d.To, payload)
+	}
+	if errors.Is(err, deltalog.ErrWhole) {
+		return st.saveWhole(t, busy)
+	}
+	if err != nil {
 		return fmt.Errorf("saving roster to %q: %w", st.path, err)
 	}
-	return st.saveWhole(t, busy)
+	return nil
 }
 
 // maybeCompact folds the log into the roster file in the background once
 // the log has outgrown half of it (one compaction at a time). Queries do
 // not wait for it, nor does a delta.
 func (st *state) maybeCompact(s *Server) {
-	st.mu.Lock()
-	due := st.log.Size() > max(st.baseSize/2, minCompact)
-	st.mu.Unlock()
-	if !due || !st.compacting.CompareAndSwap(false, true) {
+	if !st.store.Due() || !st.compacting.CompareAndSwap(false, true) {
 		return
 	}
 	s.wg.Add(1)
