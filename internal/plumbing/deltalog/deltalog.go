@@ -116,6 +116,8 @@ type Log struct {
 	// marks are the keys and end offsets of the records in the file, so
 	// that Trim keeps the tail without reading the whole log.
 	marks []mark
+	// created: the file did not exist before it was opened for appending.
+	created bool
 }
 
 type mark struct {
@@ -169,11 +171,11 @@ func (l *Log) Append(key uint64, payload []byte) error {
 	}
 	line := appendLine(nil, key, payload)
 	if _, err := l.f.WriteAt(line, l.size); err != nil {
-		l.f.Truncate(l.size)
+		l.undoLocked()
 		return &fs.PathError{Op: "write", Path: l.path, Err: unwrapPath(err)}
 	}
 	if err := l.f.Sync(); err != nil {
-		l.f.Truncate(l.size)
+		l.undoLocked()
 		return &fs.PathError{Op: "sync", Path: l.path, Err: unwrapPath(err)}
 	}
 	l.size += int64(len(line))
@@ -182,12 +184,32 @@ func (l *Log) Append(key uint64, payload []byte) error {
 	return nil
 }
 
+// undoLocked takes back a failed append: the file is cut back to its
+// records, or removed when the append created it (a failed write leaves
+// the directory as it was).
+func (l *Log) undoLocked() {
+	if l.created && l.size == 0 {
+		l.f.Close()
+		if os.Remove(l.path) == nil {
+			l.f = nil
+			return
+		}
+		l.f, _ = os.OpenFile(l.path, os.O_RDWR, 0)
+		if l.f == nil {
+			return
+		}
+	}
+	l.f.Truncate(l.size)
+}
+
 // openLocked opens the file for writing and cuts off what follows the
 // valid records (a torn record).
 func (l *Log) openLocked() error {
 	if l.f != nil {
 		return nil
 	}
+	_, err := os.Stat(l.path)
+	l.created = errors.Is(err, fs.ErrNotExist)
 	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return err

@@ -228,3 +228,21 @@ func TestStore(t *testing.T) {
 		t.Errorf("store = %q %q, want nine and 10", data, keys(recs))
 	}
 }
+
+// TestFirstAppendFull: an append that fails on a full file system leaves
+// no log file behind when there was none.
+func TestFirstAppendFull(t *testing.T) {
+	dir := fullfs.Mount(t, 256<<10)
+	fullfs.Fill(t, dir, 0)
+	path := filepath.Join(dir, "x.log")
+	l, _, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(1, []byte(`"`+strings.Repeat("x", 64<<10)+`"`)); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Append on a full file system = %v, want ENOSPC", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the failed first append left %s behind (%v)", path, err)
+	}
+}
