@@ -75,15 +75,10 @@ func runRoster(ctx context.Context, env *environment, args []string) (int, error
 		if err != nil {
 			return 1, err
 		}
-		ra, err := j.Roster(a)
+		d, err := j.RosterDiff(a, b)
 		if err != nil {
-			return 1, fmt.Errorf("roster generation %d: %w", a, err)
+			return 1, err
 		}
-		rb, err := j.Roster(b)
-		if err != nil {
-			return 1, fmt.Errorf("roster generation %d: %w", b, err)
-		}
-		d := journal.RosterDiff(ra, rb)
 		if *output == "json" {
 			return 0, json.NewEncoder(env.stdout).Encode(d)
 		}

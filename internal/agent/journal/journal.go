@@ -23,14 +23,19 @@ import (
 // History:
 //
 //	1: first version: declarations/ and passes/, one JSON file per entry.
-const Version = 1
+//	2: a declaration entry holds its roster's diff alone, no longer the
+//	   whole declaration (a roster of 100,000 names made each 5 MB);
+//	   roster_diff may say the change was not known ("unknown").
+//	   Version 1 entries are read as they are.
+const Version = 2
 
 // DefaultKeep is how many entries of each kind a journal keeps.
 const DefaultKeep = 200
 
-// DefaultMaxBytes bounds the bytes of each kind of entry: a declaration
-// carries its whole roster (about 5 MB at 100,000 names), so 200 of them
-// could take a gigabyte. The newest entry is always kept.
+// DefaultMaxBytes bounds the bytes of each kind of entry: a version 1
+// declaration entry carried its whole roster (about 5 MB at 100,000
+// names), and a roster that changes whole still has a diff that size, so
+// 200 of them could take a gigabyte. The newest entry is always kept.
 const DefaultMaxBytes = 256 << 20
 
 // ErrNotFound is returned for a generation the journal does not hold (never
@@ -178,7 +183,10 @@ func (e Entry) String() string {
 	ts := e.Time.UTC().Format(time.RFC3339)
 	if d := e.Declaration; d != nil {
 		s := fmt.Sprintf("%s declaration %d: roster %d, %d containers, mesh_names %s", ts, d.Generation, d.RosterGeneration, d.Containers, d.MeshNames)
-		if !d.RosterDiff.Empty() {
+		switch {
+		case d.RosterDiff.Unknown:
+			s += "; names changed (not recorded)"
+		case !d.RosterDiff.Empty():
 			s += fmt.Sprintf("; names +%d -%d ~%d", len(d.RosterDiff.Added), len(d.RosterDiff.Removed), len(d.RosterDiff.Moved))
 		}
 		return s
