@@ -101,16 +101,35 @@ type Roster struct {
 // the resolver serves (nil: none yet) and the declared one: the declared
 // roster when it is newer and the guard lets it through (or the operator
 // accepted its generation: accepted is asked only then), the served one
-// otherwise.
+// otherwise. It finds what changed (the cost of reading both rosters) and
+// decides as RosterChange does.
 func RosterInForce(served, declared *spec.Roster, guard rosterguard.Policy, accepted func() uint64) Roster {
-	if served != nil && declared.Generation <= served.Generation {
-		return Roster{InForce: served, Older: declared.Generation < served.Generation}
+	change, _ := spec.DiffRosters(served, declared)
+	c := RosterChange(served, change, guard, accepted)
+	c.InForce = served
+	if c.Update {
+		c.InForce = declared
 	}
-	if err := rosterguard.Check(served, declared, guard); err != nil {
-		if accepted == nil || accepted() != declared.Generation {
-			return Roster{InForce: served, Held: err}
+	return c
+}
+
+// RosterChange is RosterInForce for the roster the resolver serves (nil:
+// none yet) and the change declared since (a delta from its generation;
+// nil: none): whether the change is put in force (Update), in time
+// proportional to the change. It leaves InForce nil: the caller applies
+// the change to the roster it holds.
+func RosterChange(served *spec.Roster, change *spec.RosterDelta, guard rosterguard.Policy, accepted func() uint64) Roster {
+	if change == nil {
+		return Roster{}
+	}
+	if served != nil && change.To <= served.Generation {
+		return Roster{Older: change.To < served.Generation}
+	}
+	if err := rosterguard.CheckDelta(served, change, guard); err != nil {
+		if accepted == nil || accepted() != change.To {
+			return Roster{Held: err}
 		}
-		return Roster{InForce: declared, Update: true, Accepted: true}
+		return Roster{Update: true, Accepted: true}
 	}
-	return Roster{InForce: declared, Update: true}
+	return Roster{Update: true}
 }
