@@ -57,10 +57,12 @@ type fault struct {
 	Reason string `json:"reason"`
 }
 
-// Handler serves PUT (or POST) /v1/declaration: 200 with the generation in
-// force when accepted, 400 with every fault named when refused, 409 when the
-// generation is older than the one in force. GET returns the declaration in
-// force.
+// Handler serves PUT (or POST) /v1/declaration, a whole declaration or a
+// declaration delta: 200 with the generation in force when accepted, 400
+// with every fault named when refused, 409 when the generation is older
+// than the one in force, or a delta's roster is from another generation
+// than the one in force (the reason says which: send the whole
+// declaration). GET returns the declaration in force.
 func (s *Source) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/declaration", func(w http.ResponseWriter, r *http.Request) {
@@ -85,14 +87,14 @@ func (s *Source) Handler() http.Handler {
 			d, err := s.Offer(data, "push")
 			if err != nil {
 				status := http.StatusBadRequest
-				if errors.Is(err, ErrStale) {
+				if errors.Is(err, ErrStale) || errors.Is(err, ErrDeltaBase) {
 					status = http.StatusConflict
 				}
 				s.logger.Warn("pushed declaration refused; the previous one stays in force", "err", err)
 				writeJSON(w, status, map[string]any{"error": "declaration refused", "faults": faults(err)})
 				return
 			}
-			writeJSON(w, http.StatusOK, map[string]any{"machine": d.Machine, "generation": d.Generation})
+			writeJSON(w, http.StatusOK, map[string]any{"machine": d.Machine, "generation": d.Generation, "roster_generation": d.Roster.Generation})
 		default:
 			w.Header().Set("Allow", "GET, PUT, POST")
 			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use PUT or GET"})

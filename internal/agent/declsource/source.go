@@ -3,6 +3,17 @@
 // pushes to, on a unix socket or a loopback address only. Every document is
 // parsed strictly by specjson.ParseDeclaration; a faulty one is refused whole and
 // the previous declaration stays in force.
+//
+// A document is a whole declaration, or a declaration delta
+// (specjson.ParseDeclarationDelta): a new generation whose roster is the
+// roster in force changed by a few names. A delta applies only on top of
+// the roster generation it names; else it is refused (ErrDeltaBase, HTTP
+// 409) and the controller sends the whole declaration. The Source keeps
+// the declared roster as its own and changes it in place, so a delta costs
+// what it changes; a whole declaration costs reading it and finding what
+// changed. Either way the Source records each declaration it takes as a
+// Change (the roster's delta, and its undo), which its reader takes in
+// order (ChangesSince): a pass costs what changed, not the roster.
 package declsource
 
 import (
@@ -10,14 +21,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
@@ -25,6 +40,12 @@ import (
 // ErrStale is returned for a declaration whose generation is not newer than
 // the one in force.
 var ErrStale = errors.New("declaration generation is not newer than the one in force")
+
+// ErrDeltaBase is returned for a declaration delta that does not apply to
+// the declaration in force: its roster delta is from another roster
+// generation, or no declaration is in force yet. The controller sends the
+// whole declaration (or a delta from the roster generation in force).
+var ErrDeltaBase = errors.New("the roster delta does not apply to the roster in force")
 
 // Source holds the newest valid declaration and tells a listener when it
 // changes.
@@ -34,12 +55,47 @@ type Source struct {
 	reader  specjson.Reader
 	changed chan struct{}
 
+	// changeMu serializes changes of the declaration in force; it is held
+	// while the names of current's roster are read or changed (which only
+	// changes do, and the copies of Current and Roster), so that mu is
+	// held only briefly.
+	changeMu sync.Mutex
+
 	// mu guards the fields below.
-	mu      sync.Mutex
+	mu sync.Mutex
+	// current is the declaration in force. Its Roster is the Source's
+	// own: deltas change it in place, so it is never handed out (Current
+	// and Roster copy it; Head leaves the names out).
 	current *spec.Declaration
-	raw     []byte // the document current was parsed from; nil for initial
+	raw     []byte // the last whole document taken; nil for none (or the initial one)
+	rawGen  uint64 // its generation
 	origin  string // where current came from: a path, or "push"
+	seq     uint64 // declarations taken since New; the initial one is 0
+	// changes are the last declarations taken, oldest first: at most
+	// maxChanges, and (but for the last) maxChangeNames names changed.
+	changes     []Change
+	changeNames int
+	files       string // the last file of a watched directory offered
 }
+
+// Change is one declaration the Source took, as a change from the one
+// before it. Its deltas are never changed once recorded.
+type Change struct {
+	Seq        uint64 // 1 for the first declaration taken after New, and so on
+	Generation uint64 // the declaration's generation
+	// Roster is the declared roster's change from the declaration before
+	// (From 0 when there was none); Undo takes it back.
+	Roster, Undo *spec.RosterDelta
+	// Whole: the declaration came whole (Document holds it, until the next
+	// whole one); else as a delta.
+	Whole bool
+}
+
+// Bounds of the changes a Source keeps for its reader.
+const (
+	maxChanges     = 4096
+	maxChangeNames = 1 << 16
+)
 
 // Config is what a Source needs; the zero Config accepts any machine's
 // declarations.
@@ -70,64 +126,277 @@ func New(cfg Config) *Source {
 	return &Source{logger: logger.With("component", "declsource"), machine: cfg.Machine, reader: cfg.Reader, changed: make(chan struct{}, 1), current: initial}
 }
 
-// Current returns the declaration in force (nil before the first) and where
-// it came from.
+// Current returns the declaration in force (nil before the first), whole,
+// and where it came from. Its roster is a copy, the caller's: this costs
+// the roster's size; a pass reads Head and ChangesSince instead.
 func (s *Source) Current() (*spec.Declaration, string) {
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.current, s.origin
+	cur, origin := s.current, s.origin
+	s.mu.Unlock()
+	if cur == nil {
+		return nil, origin
+	}
+	d := *cur
+	d.Roster = copyRoster(cur.Roster)
+	return &d, origin
 }
 
-// Document returns the bytes the declaration in force was parsed from, or
-// nil when it was not parsed here (the initial one).
-func (s *Source) Document() []byte {
+// Roster returns a copy of the roster in force (nil before the first
+// declaration), the caller's, and the last Change it includes: this costs
+// the roster's size.
+func (s *Source) Roster() (*spec.Roster, uint64) {
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	s.mu.Lock()
+	cur, seq := s.current, s.seq
+	s.mu.Unlock()
+	if cur == nil {
+		return nil, seq
+	}
+	return copyRoster(cur.Roster), seq
+}
+
+// Snapshot is Current with the last Change it includes instead of where it
+// came from.
+func (s *Source) Snapshot() (*spec.Declaration, uint64) {
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	s.mu.Lock()
+	cur, seq := s.current, s.seq
+	s.mu.Unlock()
+	if cur == nil {
+		return nil, seq
+	}
+	d := *cur
+	d.Roster = copyRoster(cur.Roster)
+	return &d, seq
+}
+
+func copyRoster(r *spec.Roster) *spec.Roster {
+	out := &spec.Roster{Generation: r.Generation, Zones: r.Zones, Names: make(map[string][]netip.Addr, len(r.Names))}
+	maps.Copy(out.Names, r.Names) // address lists are never changed in place
+	return out
+}
+
+// Head is the declaration in force without its roster's names: what a
+// pass reads every time, at no cost proportional to the roster.
+type Head struct {
+	// Declaration is the declaration in force; its Roster has the
+	// generation and zones of the roster, and no names (nil Names).
+	Declaration *spec.Declaration
+	Names       int    // the roster's names
+	Origin      string // where it came from: a path, or "push"
+	// Seq is the last Change it includes (0: the initial declaration).
+	Seq uint64
+}
+
+// Head returns the declaration in force without its roster's names, and
+// false before the first declaration.
+func (s *Source) Head() (Head, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.raw
+	if s.current == nil {
+		return Head{}, false
+	}
+	return Head{Declaration: headOf(s.current), Names: len(s.current.Roster.Names), Origin: s.origin, Seq: s.seq}, true
+}
+
+// headOf is d without its roster's names.
+func headOf(d *spec.Declaration) *spec.Declaration {
+	h := *d
+	h.Roster = &spec.Roster{Generation: d.Roster.Generation, Zones: d.Roster.Zones}
+	return &h
+}
+
+// ChangesSince returns the declarations taken after the change seq (0:
+// the initial declaration), oldest first, and false when the Source no
+// longer keeps them all (its reader then starts again from Roster).
+func (s *Source) ChangesSince(seq uint64) ([]Change, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case seq == s.seq:
+		return nil, true
+	case seq > s.seq || len(s.changes) == 0 || s.changes[0].Seq > seq+1:
+		return nil, false
+	}
+	return slices.Clone(s.changes[seq+1-s.changes[0].Seq:]), true
+}
+
+// Document returns the last whole document taken and its declaration
+// generation (nil when none was: the initial declaration). Deltas taken
+// after it are Changes.
+func (s *Source) Document() ([]byte, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw, s.rawGen
+}
+
+// recordLocked records a change and puts next in force.
+func (s *Source) recordLocked(next *spec.Declaration, origin string, c Change) {
+	syncs.AssertLocked(&s.mu)
+	s.seq++
+	c.Seq = s.seq
+	s.current, s.origin = next, origin
+	s.changes = append(s.changes, c)
+	s.changeNames += c.Roster.Len() + c.Undo.Len()
+	for len(s.changes) > 1 && (len(s.changes) > maxChanges || s.changeNames > maxChangeNames) {
+		s.changeNames -= s.changes[0].Roster.Len() + s.changes[0].Undo.Len()
+		s.changes[0] = Change{}
+		s.changes = s.changes[1:]
+	}
 }
 
 // Changed is signalled (coalesced) whenever a new declaration is in force.
 func (s *Source) Changed() <-chan struct{} { return s.changed }
 
-// Offer parses data and puts it in force if it is valid and newer. The error
-// names every fault; on error nothing changes.
+// Offer parses data, a whole declaration or a declaration delta, and puts
+// it in force if it is valid and newer. The error names every fault; on
+// error nothing changes. It returns the declaration in force without its
+// roster's names (as Head).
 func (s *Source) Offer(data []byte, origin string) (*spec.Declaration, error) {
+	if specjson.IsDeclarationDelta(data) {
+		return s.offerDelta(data, origin)
+	}
 	d, err := s.reader.ParseDeclaration(data)
 	if err != nil {
 		return nil, err
 	}
-	if s.machine != "" && d.Machine != s.machine {
-		return nil, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; this agent runs %q", d.Machine, s.machine)}
+	if err := s.checkMachine(d.Machine); err != nil {
+		return nil, err
 	}
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
 	s.mu.Lock()
-	if cur := s.current; cur != nil {
-		if d.Machine != cur.Machine {
-			s.mu.Unlock()
-			return nil, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; the declaration in force is for %q", d.Machine, cur.Machine)}
-		}
-		if d.Generation <= cur.Generation {
-			s.mu.Unlock()
-			if d.Generation == cur.Generation {
-				return cur, nil // the same push twice is not a fault
+	cur := s.current
+	s.mu.Unlock()
+	var from *spec.Roster
+	if cur != nil {
+		if err := checkNewer(cur, d.Machine, d.Generation); err != nil || d.Generation == cur.Generation {
+			if err != nil {
+				return nil, err
 			}
-			return nil, fmt.Errorf("generation %d, in force %d: %w", d.Generation, cur.Generation, ErrStale)
+			return headOf(cur), nil // the same push twice is not a fault
 		}
+		from = cur.Roster
 	}
-	s.current, s.raw, s.origin = d, data, origin
+	// What changed: the cost of reading the roster once more, under
+	// changeMu only (Head does not wait for it).
+	delta, undo := spec.DiffRosters(from, d.Roster)
+	s.mu.Lock()
+	s.raw, s.rawGen = data, d.Generation
+	s.recordLocked(d, origin, Change{Generation: d.Generation, Roster: delta, Undo: undo, Whole: true})
 	s.mu.Unlock()
 	s.logger.Info("declaration accepted", "origin", origin, "machine", d.Machine, "generation", d.Generation,
-		"roster_generation", d.Roster.Generation, "containers", len(d.Containers), "mesh_names", d.MeshNames)
+		"roster_generation", d.Roster.Generation, "containers", len(d.Containers), "mesh_names", d.MeshNames,
+		"names_changed", delta.Len())
+	s.signal()
+	return headOf(d), nil
+}
+
+func (s *Source) signal() {
 	select {
 	case s.changed <- struct{}{}:
 	default:
 	}
-	return d, nil
 }
 
+// checkMachine refuses a declaration for another machine than the agent's.
+func (s *Source) checkMachine(machine string) error {
+	if s.machine != "" && machine != s.machine {
+		return &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; this agent runs %q", machine, s.machine)}
+	}
+	return nil
+}
+
+// checkNewer refuses a declaration for another machine than cur's, or
+// older than cur; the same generation is no fault.
+func checkNewer(cur *spec.Declaration, machine string, gen uint64) error {
+	if machine != cur.Machine {
+		return &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; the declaration in force is for %q", machine, cur.Machine)}
+	}
+	if gen < cur.Generation {
+		return fmt.Errorf("generation %d, in force %d: %w", gen, cur.Generation, ErrStale)
+	}
+	return nil
+}
+
+// offerDelta puts a declaration delta in force: the declaration in force,
+// with the next generation and its roster changed in place. It costs what
+// the delta changes.
+func (s *Source) offerDelta(data []byte, origin string) (*spec.Declaration, error) {
+	dd, err := specjson.ParseDeclarationDelta(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkMachine(dd.Machine); err != nil {
+		return nil, err
+	}
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	s.mu.Lock()
+	cur := s.current
+	s.mu.Unlock()
+	if cur == nil {
+		return nil, fmt.Errorf("generation %d: no declaration is in force to apply a roster delta to; send the whole declaration: %w", dd.Generation, ErrDeltaBase)
+	}
+	if err := checkNewer(cur, dd.Machine, dd.Generation); err != nil {
+		return nil, err
+	}
+	rd := dd.Roster
+	if dd.Generation == cur.Generation {
+		if rd.To == cur.Roster.Generation {
+			return headOf(cur), nil // the same push twice is not a fault
+		}
+		return nil, fmt.Errorf("generation %d, in force %d: %w", dd.Generation, cur.Generation, ErrStale)
+	}
+	if rd.From != cur.Roster.Generation {
+		return nil, &deltaBaseError{from: rd.From, inForce: cur.Roster.Generation}
+	}
+	var faults []error
+	for i, name := range rd.Remove {
+		if _, ok := cur.Roster.Names[name]; !ok {
+			faults = append(faults, &spec.FieldError{Path: fmt.Sprintf("roster_delta.remove[%d]", i),
+				Reason: fmt.Sprintf("%q is not in roster generation %d", name, cur.Roster.Generation)})
+		}
+	}
+	if len(faults) > 0 {
+		return nil, errors.Join(faults...)
+	}
+	next := *cur
+	next.Generation = dd.Generation
+	undo, err := next.Roster.Apply(rd) // in place: the roster is the Source's own
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.recordLocked(&next, origin, Change{Generation: dd.Generation, Roster: rd, Undo: undo})
+	s.mu.Unlock()
+	s.logger.Info("declaration delta accepted", "origin", origin, "machine", dd.Machine, "generation", dd.Generation,
+		"roster_generation", rd.To, "set", len(rd.Set), "removed", len(rd.Remove))
+	s.signal()
+	return headOf(&next), nil
+}
+
+// deltaBaseError is a roster delta from another generation than the
+// roster in force.
+type deltaBaseError struct{ from, inForce uint64 }
+
+func (e *deltaBaseError) Error() string {
+	return fmt.Sprintf("roster_delta.from: %d, but the roster in force is generation %d; send the whole declaration, or a delta from %d", e.from, e.inForce, e.inForce)
+}
+
+func (e *deltaBaseError) Unwrap() error { return ErrDeltaBase }
+
 // WatchPath reads the declaration at path, a file or a directory, and again
-// whenever it changes, until ctx ends. In a directory the last *.json file by
-// name is the declaration (so a controller can write gen-000042.json). A
-// faulty or stale file is logged and ignored; the previous declaration stays.
+// whenever it changes, until ctx ends. In a directory the *.json files are
+// read in name order (so a controller writes gen-000042.json, then
+// gen-000043.json), each once: a whole declaration, or a declaration delta
+// that applies to the one before. At the start, reading begins at the
+// newest whole declaration. A faulty or stale file is logged and ignored;
+// the previous declaration stays.
 func (s *Source) WatchPath(ctx context.Context, path string) error {
 	info, err := os.Stat(path)
 	if err != nil {
@@ -155,25 +424,53 @@ func (s *Source) WatchPath(ctx context.Context, path string) error {
 }
 
 func (s *Source) readPath(path string, isDir bool) {
-	file := path
-	if isDir {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			s.logger.Error("reading declaration directory", "path", path, "err", err)
-			return
+	if !isDir {
+		s.offerFile(path)
+		return
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		s.logger.Error("reading declaration directory", "path", path, "err", err)
+		return
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".") {
+			names = append(names, e.Name())
 		}
-		var names []string
-		for _, e := range entries {
-			if !e.IsDir() && strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".") {
-				names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	s.mu.Lock()
+	last := s.files
+	s.mu.Unlock()
+	// The last file offered (again: it may have been rewritten; the same
+	// generation again changes nothing) and those after it, in name
+	// order: deltas apply one after the other. The first time, from the
+	// newest whole declaration on (older files are older declarations).
+	pending := names[sort.SearchStrings(names, last):]
+	if len(pending) == 0 {
+		return
+	}
+	if last == "" {
+		start := 0
+		for i := len(pending) - 1; i >= 0; i-- {
+			data, err := os.ReadFile(filepath.Join(path, pending[i]))
+			if err == nil && !specjson.IsDeclarationDelta(data) {
+				start = i
+				break
 			}
 		}
-		if len(names) == 0 {
-			return
-		}
-		slices.Sort(names)
-		file = filepath.Join(path, names[len(names)-1])
+		pending = pending[start:]
 	}
+	for _, name := range pending {
+		s.offerFile(filepath.Join(path, name))
+		s.mu.Lock()
+		s.files = name
+		s.mu.Unlock()
+	}
+}
+
+func (s *Source) offerFile(file string) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
