@@ -106,8 +106,8 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	}
 	source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: srv.Busy}, Logger: logger})
 	var savedGen uint64 // the declaration in force is on disk already: not written again
-	if cur, _ := source.Current(); cur != nil {
-		savedGen = cur.Generation
+	if h, ok := source.Head(); ok {
+		savedGen = h.Declaration.Generation
 	}
 
 	var rt reconcile.Runtime

@@ -6,9 +6,11 @@
 //
 // Layout:
 //
-//	declaration.json  the declaration last applied (the agent's)
+//	declaration.json  the declaration last applied (the agent's), as of when it was written whole
+//	declaration.log   the declaration deltas applied since (package deltalog)
 //	roster-accept     a roster generation the operator let shrink (meshhost roster accept)
-//	roster.json       the resolver's last good roster (roster file format)
+//	roster.json       the resolver's last good roster (roster file format), as of when it was written whole
+//	roster.json.log   the roster deltas the resolver applied since (resolver.LogPath)
 //	reconciler.json   the reconciler's replacement budget and adoptions
 //	migrations.json   the migration gate's state (and migrations.json.lock, its lock)
 //	journal/          the history: declarations and passes
@@ -47,6 +49,10 @@ func (d Dir) join(name string) string { return filepath.Join(d.path, name) }
 // Declaration is the declaration the agent last applied, saved before it
 // acts on it.
 func (d Dir) Declaration() string { return d.join("declaration.json") }
+
+// DeclarationLog is the log of the declaration deltas applied since
+// Declaration was written whole.
+func (d Dir) DeclarationLog() string { return d.join("declaration.log") }
 
 // RosterAccept holds a roster generation the operator let shrink past the
 // roster guard.
