@@ -58,11 +58,17 @@ type identity struct {
 }
 
 func identityOf(o *Observed, adopted map[string]Adoption, owner string) identity {
+	return identityLabelled(o, adopted, ManagedBy(*o, owner))
+}
+
+// identityLabelled is identityOf for a container whose labels say whether
+// this Reconciler manages it (ManagedBy).
+func identityLabelled(o *Observed, adopted map[string]Adoption, labelled bool) identity {
 	if a, ok := adopted[o.ID]; ok {
 		return identity{managed: true, digest: a.Digest, record: a.Record}
 	}
 	return identity{
-		managed: ManagedBy(*o, owner),
+		managed: labelled,
 		digest:  o.Labels[digest.LabelDigest],
 		record:  o.Labels[digest.LabelRecord],
 	}
