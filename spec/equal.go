@@ -76,27 +76,3 @@ func sameMap(a, b map[string]string) bool {
 	// A map value is a pointer to the map: the same pointer is the same map.
 	return *(*unsafe.Pointer)(unsafe.Pointer(&a)) == *(*unsafe.Pointer)(unsafe.Pointer(&b)) || maps.Equal(a, b)
 }
-
-// Clone returns a copy of r that shares no list or map with it.
-func (r *Rendered) Clone() Rendered {
-	out := *r
-	c := &out.Container
-	c.Command, c.Entrypoint = slices.Clone(c.Command), slices.Clone(c.Entrypoint)
-	c.Env, c.Labels = maps.Clone(c.Env), maps.Clone(c.Labels)
-	c.Ports, c.Mounts = slices.Clone(c.Ports), slices.Clone(c.Mounts)
-	c.CapAdd, c.CapDrop, c.DependsOn = slices.Clone(c.CapAdd), slices.Clone(c.CapDrop), slices.Clone(c.DependsOn)
-	if c.Networks != nil {
-		c.Networks = slices.Clone(c.Networks)
-		for i := range c.Networks {
-			c.Networks[i].Aliases = slices.Clone(c.Networks[i].Aliases)
-		}
-	}
-	if c.Healthcheck != nil {
-		h := *c.Healthcheck
-		h.Test = slices.Clone(h.Test)
-		c.Healthcheck = &h
-	}
-	out.Hosts = slices.Clone(out.Hosts)
-	out.DNS = DNSConfig{Servers: slices.Clone(r.DNS.Servers), Search: slices.Clone(r.DNS.Search), Options: slices.Clone(r.DNS.Options)}
-	return out
-}
