@@ -36,12 +36,11 @@ type DeclarationEntry struct {
 func (j *Journal) RecordDeclaration(d *spec.Declaration, diff Diff, at time.Time) (DeclarationEntry, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	gens, err := j.keys(declarationsDir)
+	last, any, err := j.lastLocked(declarationsDir)
 	if err != nil {
 		return DeclarationEntry{}, err
 	}
-	if len(gens) > 0 {
-		last := gens[len(gens)-1]
+	if any {
 		switch {
 		case d.Generation == last:
 			var e DeclarationEntry

@@ -63,9 +63,20 @@ type Journal struct {
 	keep     int
 	maxBytes int64
 
-	// mu guards writes and nextSeq.
+	// mu guards writes and the fields below.
 	mu      sync.Mutex
 	nextSeq uint64
+	// held is, per kind, the entries on disk and their sizes, in key
+	// order, read once at the first write and kept since: a write costs
+	// its entry, not a listing of the journal.
+	held map[string]*held
+}
+
+// held is the entries of one kind.
+type held struct {
+	keys  []uint64
+	sizes []int64
+	total int64
 }
 
 const (
@@ -126,29 +137,69 @@ func (j *Journal) writeLocked(sub string, key uint64, v any) error {
 	if err != nil {
 		return fmt.Errorf("encoding journal entry: %w", err)
 	}
-	if err := writeFileAtomic(j.path(sub, key), data); err != nil {
-		return fmt.Errorf("writing journal entry: %w", err)
-	}
-	keys, err := j.keys(sub)
+	h, err := j.heldLocked(sub)
 	if err != nil {
 		return err
 	}
-	sizes := make([]int64, len(keys))
-	var total int64
-	for i, k := range keys {
-		if fi, err := os.Stat(j.path(sub, k)); err == nil {
-			sizes[i] = fi.Size()
-			total += sizes[i]
-		}
+	if err := writeFileAtomic(j.path(sub, key), data); err != nil {
+		return fmt.Errorf("writing journal entry: %w", err)
 	}
-	for len(keys) > 1 && (len(keys) > j.keep || total > j.maxBytes) {
-		if err := os.Remove(j.path(sub, keys[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
+	h.add(key, int64(len(data)))
+	for len(h.keys) > 1 && (len(h.keys) > j.keep || h.total > j.maxBytes) {
+		if err := os.Remove(j.path(sub, h.keys[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("pruning journal: %w", err)
 		}
-		total -= sizes[0]
-		keys, sizes = keys[1:], sizes[1:]
+		h.total -= h.sizes[0]
+		h.keys, h.sizes = h.keys[1:], h.sizes[1:]
 	}
 	return nil
+}
+
+// heldLocked returns the entries of sub, listing the directory the first
+// time.
+func (j *Journal) heldLocked(sub string) (*held, error) {
+	syncs.AssertLocked(&j.mu)
+	if h := j.held[sub]; h != nil {
+		return h, nil
+	}
+	keys, err := j.keys(sub)
+	if err != nil {
+		return nil, err
+	}
+	h := &held{}
+	for _, k := range keys {
+		if fi, err := os.Stat(j.path(sub, k)); err == nil {
+			h.add(k, fi.Size())
+		}
+	}
+	if j.held == nil {
+		j.held = map[string]*held{}
+	}
+	j.held[sub] = h
+	return h, nil
+}
+
+// add records entry key of size bytes (written anew: it replaces one of
+// that key).
+func (h *held) add(key uint64, size int64) {
+	i, found := slices.BinarySearch(h.keys, key)
+	if found {
+		h.total += size - h.sizes[i]
+		h.sizes[i] = size
+		return
+	}
+	h.keys = slices.Insert(h.keys, i, key)
+	h.sizes = slices.Insert(h.sizes, i, size)
+	h.total += size
+}
+
+// lastLocked returns the newest key of sub, and false for none.
+func (j *Journal) lastLocked(sub string) (uint64, bool, error) {
+	h, err := j.heldLocked(sub)
+	if err != nil || len(h.keys) == 0 {
+		return 0, false, err
+	}
+	return h.keys[len(h.keys)-1], true, nil
 }
 
 func (j *Journal) read(sub string, key uint64, v any) error {
