@@ -150,6 +150,7 @@ type Agent struct {
 	// declStore saves the declaration: declaration.json and the log of
 	// deltas beside it. Opened at the first save, which writes it whole.
 	declStore *deltalog.Store
+	renders   pass.Cache // one pass's renderings, for the next
 
 	// rosterMu guards the roster in force and the fields below. A pass
 	// holds it to put the declared roster in force (step 1) and while it
@@ -396,17 +397,14 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 
 	// 3. What the pass does (package pass, as `meshhost plan` computes
 	// it), then doing it.
-	// Rendered with the roster in force now (it may have moved on since
-	// step 1: the roster loop changes it in place), which the loop does
-	// not change meanwhile.
-	a.rosterMu.Lock()
-	if a.inForce != nil {
-		roster = a.inForce
-	}
+	// Copy-mode containers are rendered with the roster in force at that
+	// moment (the roster loop may have moved it on since step 1, in
+	// place): Compute holds the roster lock while it reads it, and only
+	// then, so a roster change never waits for a pass in resolve mode.
 	c, err := pass.Compute(ctx, pass.Input{
-		Declaration: decl, Roster: roster, Gate: a.cfg.Gate, Observed: observed, Planner: a.cfg.Reconciler,
+		Declaration: decl, Roster: roster, RosterLock: &a.rosterMu, Gate: a.cfg.Gate, Observed: observed, Planner: a.cfg.Reconciler,
+		Cache: &a.renders,
 	})
-	a.rosterMu.Unlock()
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
 	}

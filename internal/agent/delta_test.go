@@ -390,3 +390,46 @@ func readFile(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	return string(b), err
 }
+
+// TestRosterLoopWithCopyMode: in copy mode passes render the roster in
+// force while Run's roster loop changes it in place as deltas arrive; the
+// roster lock keeps them apart (-race checks), and every container ends
+// rendered with the last roster.
+func TestRosterLoopWithCopyMode(t *testing.T) {
+	f := newFixture(t, false) // no probe: copy mode
+	f.push(t, declaration(1, spec.FlagOn, 3, 20))
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- f.agent.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-ran
+	}()
+	for i := range 20 {
+		if _, err := f.source.Offer(deltaDoc(uint64(i+2), uint64(i+1), uint64(i+2), map[string]string{fmt.Sprintf("d%d.internal", i): "10.5.5.5"}), "test"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rep := f.agent.LastReport()
+		if rep != nil && rep.RosterGeneration == 21 && rep.Generation == 21 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last roster never reached a pass: %+v", rep)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The pass that saw generation 21 rendered the copies with it.
+	for _, c := range f.rt.Containers() {
+		r, err := f.rt.Inspect(ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(r.Settings.Hosts, func(h spec.HostEntry) bool { return h.Name == "d19.internal" }) {
+			t.Errorf("%s has no hosts entry for d19.internal", c.Name)
+		}
+	}
+}
