@@ -38,7 +38,7 @@ func TestLoadRosterChanges(t *testing.T) {
 	if os.Getenv("MESHHOST_LOAD") == "" {
 		t.Skip("set MESHHOST_LOAD=1 to run (scripts/bench-load)")
 	}
-	deltas, wholes, qps := envInt("MESHHOST_LOAD_DELTAS", 300), envInt("MESHHOST_LOAD_WHOLE", 10), envInt("MESHHOST_LOAD_QPS", 2000)
+	deltas, wholes, qps := envInt("MESHHOST_LOAD_DELTAS", 300), envInt("MESHHOST_LOAD_WHOLE", 10), envInt("MESHHOST_LOAD_QPS", 5000)
 	const containers, names = 2000, 100000
 	f := newFixture(t, true)
 	addr := netip.MustParseAddrPort("127.0.0.1:0")
