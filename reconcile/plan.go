@@ -63,8 +63,8 @@ func (r *Reconciler) planObserved(ctx context.Context, desired []spec.Rendered, 
 	for i := range observed {
 		o := &observed[i]
 		s := &all[i]
-		s.Observed, s.labelled = o, ManagedBy(*o, p.owner)
-		s.id = identityLabelled(o, p.adopted, s.labelled)
+		s.Observed = o
+		s.labelled, s.id = identityScan(o, p.adopted, p.owner)
 		p.observed[o.Name] = s
 		if base, ok := strings.CutSuffix(o.Name, AsideSuffix); ok {
 			if p.asides == nil {
