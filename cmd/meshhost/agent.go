@@ -29,6 +29,7 @@ import (
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
 
@@ -94,7 +95,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		logger.Info("serving the saved roster", "generation", r.Generation, "names", len(r.Names))
 	}
 
-	saved, err := agent.LoadDeclaration(dir)
+	saved, err := agent.LoadSaved(dir)
 	if err != nil {
 		// Saved by a meshhost that checked less (a name this one reserves,
 		// say): refusing to start would leave the machine without an agent
@@ -104,10 +105,13 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 		logger.Error("the saved declaration is refused; no container is touched until a valid declaration arrives", "err", err)
 		saved = nil
 	}
-	source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: srv.Busy}, Logger: logger})
-	var savedGen uint64 // the declaration in force is on disk already: not written again
-	if h, ok := source.Head(); ok {
-		savedGen = h.Declaration.Generation
+	var initial *spec.Declaration
+	if saved != nil {
+		initial = saved.Declaration
+	}
+	source := declsource.New(declsource.Config{Machine: *machine, Initial: initial, Reader: specjson.Reader{Busy: srv.Busy}, Logger: logger})
+	if _, ok := source.Head(); !ok {
+		saved = nil // not taken (another machine's): nothing to go on from
 	}
 
 	var rt reconcile.Runtime
@@ -198,7 +202,7 @@ func runAgent(ctx context.Context, env *environment, args []string) (int, error)
 	}
 	acfg := agent.Config{
 		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source,
-		Networks: nets, NewProber: newProber, Journal: jnl, State: dir, SavedGeneration: savedGen,
+		Networks: nets, NewProber: newProber, Journal: jnl, State: dir, Saved: saved,
 		Interval: *interval, Logger: logger, Registerer: reg,
 		AfterPass: func(*agent.Report) { saveState() },
 	}

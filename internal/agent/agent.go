@@ -112,11 +112,14 @@ type Config struct {
 	// and the roster generation the operator accepted are read and written
 	// there.
 	State statedir.Dir
-	// SavedGeneration is the generation of the declaration State holds
-	// already (LoadDeclaration's, when the Source took it), so that a
-	// restart does not write the same declaration again: on a full disk
-	// that write would fail every pass.
-	SavedGeneration uint64
+	// Saved is what LoadSaved read from State, when the Source took its
+	// declaration as its initial one: the agent then goes on appending
+	// roster changes to the declaration's log where the last run left
+	// off, instead of writing the declaration whole at the first change
+	// (the cost of the roster). Nil: the first change is saved whole. The
+	// declaration the Source starts with is never written again: on a
+	// full disk that write would fail every pass.
+	Saved *Saved
 	// Interval between periodic passes. Default 30s.
 	Interval time.Duration
 	Guard    rosterguard.Policy
@@ -142,15 +145,19 @@ type Agent struct {
 	// from start to end, so only functions named ...Locked touch them.
 	mu         sync.Mutex
 	prober     Prober
-	proberErr  error  // why no prober could be made; logged when it changes
-	applied    uint64 // declaration generation last recorded in the journal
-	journalSeq uint64 // the Source's Change last recorded in the journal
-	saved      uint64 // declaration generation last saved in State
-	savedSeq   uint64 // the Source's Change last saved in State
+	proberErr  error      // why no prober could be made; logged when it changes
+	applied    uint64     // declaration generation last recorded in the journal
+	journalSeq uint64     // the Source's Change last recorded in the journal
+	renders    pass.Cache // one pass's renderings, for the next
+
+	// saveMu guards the saved declaration and the fields below: a pass
+	// and Run's roster loop both save what the Source took before
+	// anything acts on it.
+	saveMu   sync.Mutex
+	savedSeq uint64 // the Source's Change last saved in State
 	// declStore saves the declaration: declaration.json and the log of
 	// deltas beside it. Opened at the first save, which writes it whole.
 	declStore *deltalog.Store
-	renders   pass.Cache // one pass's renderings, for the next
 
 	// rosterMu guards the roster in force and the fields below. A pass
 	// holds it to put the declared roster in force (step 1) and while it
@@ -213,7 +220,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m, saved: cfg.SavedGeneration}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m}
 	a.status.Store(&status{})
 	return a, nil
 }
@@ -224,6 +231,25 @@ func New(cfg Config) (*Agent, error) {
 // data) ends the log: the declaration is the one before it, and the agent
 // writes the declaration whole at its next change.
 func LoadDeclaration(dir statedir.Dir) (*spec.Declaration, error) {
+	sv, err := LoadSaved(dir)
+	if sv == nil || err != nil {
+		return nil, err
+	}
+	return sv.Declaration, nil
+}
+
+// Saved is the declaration the last run saved, and how it is saved
+// (Config.Saved).
+type Saved struct {
+	Declaration *spec.Declaration
+	baseGen     uint64 // of declaration.json
+	baseSize    int64
+	broken      bool // the log did not all apply: the next save is whole
+}
+
+// LoadSaved is LoadDeclaration, with what the agent needs to go on saving
+// where the last run left off; nil when nothing was saved.
+func LoadSaved(dir statedir.Dir) (*Saved, error) {
 	data, records, err := deltalog.ReadStore(dir.Declaration(), dir.DeclarationLog())
 	if errors.Is(err, os.ErrNotExist) && data == nil {
 		return nil, nil
@@ -235,20 +261,25 @@ func LoadDeclaration(dir statedir.Dir) (*spec.Declaration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the saved declaration %s: %w", dir.Declaration(), err)
 	}
+	sv := &Saved{Declaration: d, baseGen: d.Generation, baseSize: int64(len(data))}
 	for _, rec := range records {
 		if rec.Key <= d.Generation {
 			continue // written whole since
 		}
 		dd, err := specjson.ParseDeclarationDelta(rec.Payload)
-		if err != nil || dd.Generation != rec.Key || dd.Machine != d.Machine {
-			break
+		if err == nil && (dd.Generation != rec.Key || dd.Machine != d.Machine) {
+			err = errors.New("not this log's")
 		}
-		if _, err := d.Roster.Apply(dd.Roster); err != nil {
+		if err == nil {
+			_, err = d.Roster.Apply(dd.Roster)
+		}
+		if err != nil {
+			sv.broken = true
 			break
 		}
 		d.Generation = dd.Generation
 	}
-	return d, nil
+	return sv, nil
 }
 
 // Run passes on every declaration change and every Interval until ctx
@@ -307,6 +338,10 @@ func (a *Agent) rosterNow() (err error) {
 	if !ok {
 		return nil
 	}
+	// Saved first, as in a pass: what cannot be saved is not acted on.
+	if err := a.saveDeclaration(head); err != nil {
+		return err
+	}
 	a.rosterMu.Lock()
 	defer a.rosterMu.Unlock()
 	_, unsaved, err := a.rosterInForceLocked(head)
@@ -355,10 +390,9 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 
 	// 0. The declaration in force is saved before anything acts on it, so
 	// an agent killed mid-pass resumes toward it, not toward an older one
-	// (which would remove the containers the newer one added). Roster
-	// deltas alone change no container: they are saved after the resolver
-	// has them (step 1), so that a delta reaches it first.
-	if err := a.saveDeclarationLocked(head, true); err != nil {
+	// (which would remove the containers the newer one added), and one
+	// that cannot be saved (a full disk) changes nothing, DNS included.
+	if err := a.saveDeclaration(head); err != nil {
 		return rep, err
 	}
 
@@ -376,9 +410,6 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	}
 	a.rosterMu.Unlock()
 	if err != nil {
-		return rep, err
-	}
-	if err := a.saveDeclarationLocked(head, false); err != nil {
 		return rep, err
 	}
 
@@ -421,7 +452,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	// 4. Remember what was applied.
 	a.recordDeclarationLocked(head)
 	a.metrics.declaration.Set(float64(decl.Generation))
-	return rep, errors.Join(unsaved, res.Err(), a.compactDeclarationLocked())
+	return rep, errors.Join(unsaved, res.Err(), a.compactDeclaration())
 }
 
 // recovered logs and counts a panic the agent recovered from in what, and
@@ -757,16 +788,14 @@ func (a *Agent) ensureProberLocked(zones []string) error {
 	return nil
 }
 
-// saveDeclarationLocked saves the declarations the Source took since the
-// last one saved: a whole declaration as the document received, and the
-// deltas after it by appending them to the declaration's log (what
-// changed, not the roster). With wholeOnly, it saves only when a whole
-// declaration is among them (its containers may have changed: they must
-// be on disk before anything acts on them); roster deltas wait for the
-// second call.
-func (a *Agent) saveDeclarationLocked(head declsource.Head, wholeOnly bool) error {
-	syncs.AssertLocked(&a.mu)
-	if head.Seq == a.savedSeq {
+// saveDeclaration saves the declarations the Source took since the last
+// one saved, up to head: a whole declaration as the document received,
+// and the deltas after it by appending them to the declaration's log
+// (what changed, not the roster).
+func (a *Agent) saveDeclaration(head declsource.Head) error {
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
+	if head.Seq <= a.savedSeq {
 		return nil
 	}
 	changes, ok := a.changesThrough(a.savedSeq, head)
@@ -776,11 +805,12 @@ func (a *Agent) saveDeclarationLocked(head declsource.Head, wholeOnly bool) erro
 			whole = i
 		}
 	}
-	if wholeOnly && ok && whole < 0 {
-		return nil
-	}
 	if a.declStore == nil {
-		st, err := deltalog.OpenStore(a.cfg.State.Declaration(), a.cfg.State.DeclarationLog(), 0, 0, true)
+		gen, size, whole := uint64(0), int64(0), true
+		if sv := a.cfg.Saved; sv != nil {
+			gen, size, whole = sv.baseGen, sv.baseSize, sv.broken
+		}
+		st, err := deltalog.OpenStore(a.cfg.State.Declaration(), a.cfg.State.DeclarationLog(), gen, size, whole)
 		if err != nil {
 			return fmt.Errorf("saving the applied declaration: %w", err)
 		}
@@ -815,7 +845,7 @@ func (a *Agent) saveDeclarationLocked(head declsource.Head, wholeOnly bool) erro
 				return err
 			}
 		}
-		a.savedSeq, a.saved = head.Seq, head.Declaration.Generation
+		a.savedSeq = head.Seq
 		return nil
 	}()
 	if err != nil {
@@ -827,7 +857,7 @@ func (a *Agent) saveDeclarationLocked(head declsource.Head, wholeOnly bool) erro
 // saveWholeLocked writes the declaration in force whole (its roster
 // marshalled again: the cost of the roster).
 func (a *Agent) saveWholeLocked() error {
-	syncs.AssertLocked(&a.mu)
+	syncs.AssertLocked(&a.saveMu)
 	d, seq := a.cfg.Source.Snapshot()
 	data, err := d.MarshalJSON()
 	if err != nil {
@@ -836,15 +866,16 @@ func (a *Agent) saveWholeLocked() error {
 	if err := a.declStore.WriteBase(d.Generation, data); err != nil {
 		return err
 	}
-	a.savedSeq, a.saved = seq, d.Generation
+	a.savedSeq = seq
 	return nil
 }
 
-// compactDeclarationLocked writes the declaration whole once the log of
-// deltas beside it has outgrown half of it: a cost of the roster's size,
-// once per that many changed names.
-func (a *Agent) compactDeclarationLocked() error {
-	syncs.AssertLocked(&a.mu)
+// compactDeclaration writes the declaration whole once the log of deltas
+// beside it has outgrown half of it: a cost of the roster's size, once per
+// that many changed names.
+func (a *Agent) compactDeclaration() error {
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
 	if a.declStore == nil || !a.declStore.Due() {
 		return nil
 	}

@@ -88,10 +88,11 @@ func TestDeltaPush(t *testing.T) {
 	if after, _ := readFile(statedir.New(f.state).Declaration()); after != declBefore {
 		t.Error("a delta rewrote declaration.json; want it appended to the declaration's log")
 	}
-	saved, err := LoadDeclaration(statedir.New(f.state))
-	if err != nil {
-		t.Fatal(err)
+	sv, err := LoadSaved(statedir.New(f.state))
+	if err != nil || sv.broken {
+		t.Fatalf("LoadSaved = %+v, %v", sv, err)
 	}
+	saved := sv.Declaration
 	cur, _ := f.source.Current()
 	if diff := cmp.Diff(cur, saved, cmpRoster...); diff != "" {
 		t.Fatalf("LoadDeclaration (-in force +saved):\n%s", diff)
@@ -129,7 +130,7 @@ func TestDeltaPush(t *testing.T) {
 	defer srv.Close()
 	source := declsource.New(declsource.Config{Machine: "ace", Initial: saved})
 	a, err := New(Config{Runtime: f.rt, Reconciler: f.agent.cfg.Reconciler, Resolver: srv, Gate: f.agent.cfg.Gate, Source: source,
-		Networks: oneBridge{}, State: statedir.New(f.state), SavedGeneration: saved.Generation})
+		Networks: oneBridge{}, State: statedir.New(f.state), Saved: sv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +142,9 @@ func TestDeltaPush(t *testing.T) {
 	}
 	if r := srv.Roster(); r.Generation != 4 || r.Names["newer.internal"] != nil || len(r.Names) != 100 {
 		t.Errorf("after a restart and a delta: roster %d, %d names", r.Generation, len(r.Names))
+	}
+	if after, _ := readFile(statedir.New(f.state).Declaration()); after != declBefore {
+		t.Error("the first delta after a restart rewrote declaration.json; want it appended to the log")
 	}
 	saved, _ = LoadDeclaration(statedir.New(f.state))
 	cur, _ = source.Current()
