@@ -79,6 +79,17 @@ type Gate struct {
 	stamp fileStamp // of the state file when state was read or written
 	// autoHeldBy lists the networks holding flag auto back, as last logged.
 	autoHeldBy string
+	// records are the record labels Modes read last, by container ID, with
+	// what Modes needs of them: a pass over 10,000 containers then parses
+	// only the labels that changed.
+	records map[string]modeRecord
+}
+
+// modeRecord is what Modes keeps of a container's record label: the name
+// mode, DNS and networks it was created with.
+type modeRecord struct {
+	label string
+	r     *spec.Rendered
 }
 
 type fileStamp struct {
@@ -460,9 +471,9 @@ func (g *Gate) Mode(networks []string, current *spec.Rendered) spec.Mode {
 // Modes returns the name mode of every container, by name. observed is what
 // the runtime reports (one List), to read the mode each container runs in.
 func (g *Gate) Modes(containers []spec.Container, observed []reconcile.Observed) map[string]spec.Mode {
-	cur := currentModes(observed, g.cfg.Owner)
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	cur := g.currentModesLocked(observed)
 	s := g.view()
 	out := make(map[string]spec.Mode, len(containers))
 	for _, c := range containers {
@@ -476,6 +487,35 @@ func networkNames(c spec.Container) []string {
 	for _, n := range c.Networks {
 		out = append(out, n.Name)
 	}
+	return out
+}
+
+// currentModesLocked is currentModes, parsing only the record labels
+// that changed since the last call.
+func (g *Gate) currentModesLocked(observed []reconcile.Observed) map[string]*spec.Rendered {
+	syncs.AssertLocked(&g.mu)
+	out := make(map[string]*spec.Rendered, len(observed))
+	next := make(map[string]modeRecord, len(observed))
+	for _, o := range observed {
+		if !reconcile.ManagedBy(o, g.cfg.Owner) {
+			continue
+		}
+		label := o.Labels[digest.LabelRecord]
+		if m, ok := g.records[o.ID]; ok && m.label == label {
+			next[o.ID], out[o.Name] = m, m.r
+			continue
+		}
+		r, err := digest.ParseRecord(label)
+		if err != nil {
+			continue
+		}
+		// Only what decide reads: a copy-mode record's hosts can be the
+		// whole roster.
+		kept := &spec.Rendered{Mode: r.Mode, DNS: r.DNS}
+		kept.Networks = r.Networks
+		next[o.ID], out[o.Name] = modeRecord{label, kept}, kept
+	}
+	g.records = next
 	return out
 }
 

@@ -58,11 +58,43 @@ type identity struct {
 }
 
 func identityOf(o *Observed, adopted map[string]Adoption, owner string) identity {
+	return identityLabelled(o, adopted, ManagedBy(*o, owner))
+}
+
+// identityScan returns ManagedBy(*o, owner) and identityOf(o, adopted,
+// owner), reading o's labels once (the planner asks for every container
+// of the machine, every pass) instead of looking each label up.
+func identityScan(o *Observed, adopted map[string]Adoption, owner string) (labelled bool, id identity) {
+	var managed, own string
+	for k, v := range o.Labels {
+		switch k {
+		case LabelManaged:
+			managed = v
+		case LabelOwner:
+			own = v
+		case digest.LabelDigest:
+			id.digest = v
+		case digest.LabelRecord:
+			id.record = v
+		}
+	}
+	// As ManagedBy: a missing owner label reads as "", an owner too.
+	labelled = managed == "true" && own == owner
+	id.managed = labelled
+	if a, ok := adopted[o.ID]; ok {
+		id = identity{managed: true, digest: a.Digest, record: a.Record}
+	}
+	return labelled, id
+}
+
+// identityLabelled is identityOf for a container whose labels say whether
+// this Reconciler manages it (ManagedBy).
+func identityLabelled(o *Observed, adopted map[string]Adoption, labelled bool) identity {
 	if a, ok := adopted[o.ID]; ok {
 		return identity{managed: true, digest: a.Digest, record: a.Record}
 	}
 	return identity{
-		managed: ManagedBy(*o, owner),
+		managed: labelled,
 		digest:  o.Labels[digest.LabelDigest],
 		record:  o.Labels[digest.LabelRecord],
 	}

@@ -100,6 +100,11 @@ type Reconciler struct {
 	now     func() time.Time
 	metrics *metrics
 	state   state
+	records records
+	order   orderMemo
+	// fullPath turns the plan's fast paths off (tests: the differential
+	// test compares both).
+	fullPath bool
 }
 
 // New returns a Reconciler for cfg.

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,16 +105,31 @@ func BenchmarkHandle(b *testing.B) {
 		}
 		mix[i] = packQuery(b, name, 1, false)
 	}
+	// The "-overlay" cases answer from a view: the roster changed by a
+	// delta (Apply) and not merged yet.
+	overlay := func() {
+		d := &spec.RosterDelta{From: 1, To: 2, Set: map[string][]netip.Addr{"moved.node7.mesh.internal": {netip.MustParseAddr("10.200.0.1")}}}
+		if err := s.Apply(d); err != nil {
+			b.Fatal(err)
+		}
+	}
 	for _, bc := range []struct {
-		name string
-		reqs [][]byte
+		name   string
+		reqs   [][]byte
+		before func()
 	}{
-		{"hit", [][]byte{packQuery(b, "svc12345.node45.mesh.internal.", 1, false)}},
-		{"hit-edns", [][]byte{packQuery(b, "svc12345.node45.mesh.internal.", 1, true)}},
-		{"nxdomain", [][]byte{packQuery(b, "nx1.node1.mesh.internal.", 1, false)}},
-		{"mix", mix},
-		{"slow-ptr", [][]byte{packQuery(b, "57.48.0.10.in-addr.arpa.", 12, false)}},
+		{"hit", [][]byte{packQuery(b, "svc12345.node45.mesh.internal.", 1, false)}, nil},
+		{"hit-edns", [][]byte{packQuery(b, "svc12345.node45.mesh.internal.", 1, true)}, nil},
+		{"nxdomain", [][]byte{packQuery(b, "nx1.node1.mesh.internal.", 1, false)}, nil},
+		{"mix", mix, nil},
+		{"slow-ptr", [][]byte{packQuery(b, "57.48.0.10.in-addr.arpa.", 12, false)}, nil},
+		{"hit-overlay", [][]byte{packQuery(b, "svc12345.node45.mesh.internal.", 1, false)}, overlay},
+		{"hit-in-overlay", [][]byte{packQuery(b, "moved.node7.mesh.internal.", 1, false)}, nil},
+		{"mix-overlay", mix, nil},
 	} {
+		if bc.before != nil {
+			bc.before()
+		}
 		b.Run(bc.name, func(b *testing.B) {
 			var sc scratch
 			buf := make([]byte, 4096)
@@ -219,5 +236,93 @@ func TestUDPServeAllocs(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if n := after.Mallocs - before.Mallocs; n > queries/20 {
 		t.Errorf("%d allocations for %d queries over UDP, want (nearly) none", n, queries)
+	}
+}
+
+// cpuTime is the CPU time the process has used, user and system, every
+// goroutine included (background merges and compactions too).
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// settle waits until no merge or compaction runs, so that a benchmark's
+// figures include the background work its operations caused.
+func settle(s *Server) {
+	for s.merging.Load() || s.state != nil && s.state.compacting.Load() {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkRosterDelta100k applies one-name deltas to a roster of 100,000
+// names (Apply: validate, swap in, save by appending to the state's log),
+// each adding a name, so the overlay grows and is merged in the
+// background, and the log is folded into the roster file now and then:
+// ns/op, B/op and cpu-µs/op include that background work, spread over the
+// deltas that caused it. cpu-µs/op is the process's CPU time (every
+// goroutine) per delta.
+func BenchmarkRosterDelta100k(b *testing.B) {
+	s, err := New(safeConfig(b, Config{StatePath: filepath.Join(b.TempDir(), "roster.json")}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Update(benchRoster(100000, 1)); err != nil {
+		b.Fatal(err)
+	}
+	gen := uint64(1)
+	b.ReportAllocs()
+	cpu := cpuTime(b)
+	for b.Loop() {
+		gen++
+		d := &spec.RosterDelta{From: gen - 1, To: gen, Set: map[string][]netip.Addr{
+			fmt.Sprintf("moved%d.mesh.internal", gen): {netip.AddrFrom4([4]byte{10, 200, byte(gen >> 8), byte(gen)})},
+		}}
+		if err := s.Apply(d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	settle(s)
+	b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// BenchmarkRosterFull100k puts in force a whole roster of 100,000 names
+// that differs from the one served by one name (Update, state saved):
+// "diff" is Update as it is (it finds the one name and applies it as a
+// delta), "compile" compiles the roster whole, as every Update did before
+// (a change of the zones forces it). Neither includes reading the roster
+// document (BenchmarkParseRoster100k).
+func BenchmarkRosterFull100k(b *testing.B) {
+	for _, how := range []string{"diff", "compile"} {
+		b.Run(how, func(b *testing.B) {
+			s, err := New(safeConfig(b, Config{StatePath: filepath.Join(b.TempDir(), "roster.json")}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			r := benchRoster(100000, 1).Normalize()
+			if err := s.Update(r); err != nil {
+				b.Fatal(err)
+			}
+			gen := uint64(1)
+			b.ReportAllocs()
+			cpu := cpuTime(b)
+			for b.Loop() {
+				gen++
+				r.Generation = gen
+				r.Names[fmt.Sprintf("moved%d.mesh.internal", gen)] = []netip.Addr{netip.AddrFrom4([4]byte{10, 200, byte(gen >> 8), byte(gen)})}
+				if how == "compile" {
+					r.Zones = []string{"mesh.internal", fmt.Sprintf("z%d.internal", gen%2)}
+				}
+				if err := s.Update(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			settle(s)
+			b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+		})
 	}
 }

@@ -140,17 +140,17 @@ func (t *table) fast(req []byte, sc *scratch, buf []byte, udp bool) ([]byte, boo
 	if udp {
 		limit = min(limit, q.limit())
 	}
-	e, zi := t.lookup(q.qname)
+	h, found, zi := t.lookup(q.qname)
 	var rcode byte
 	var soa []byte
 	var addrs []byte
 	size := 4
 	switch {
-	case e != nil:
+	case found:
 		if q.qtype == typeA {
-			addrs = t.addrs4(e)
+			addrs = h.a4
 		} else {
-			addrs, size = t.addrs6(e), 16
+			addrs, size = h.a6, 16
 		}
 		if len(addrs) == 0 && zi != 0 {
 			soa = t.zones[zi-1].soa

@@ -262,8 +262,8 @@ func (s *Server) isMeshName(name []byte) bool {
 	if t == nil {
 		return false
 	}
-	e, zi := t.lookup(name)
-	return e != nil || zi != 0
+	_, found, zi := t.lookup(name)
+	return found || zi != 0
 }
 
 // attempt is one query to one upstream over UDP.

@@ -7,10 +7,14 @@ import (
 
 	"codeberg.org/miekg/dns"
 	"codeberg.org/miekg/dns/rdata"
+
+	"github.com/meshhost/meshhost/spec"
 )
 
-// FuzzHandle feeds the packet handler arbitrary packets: it must never
-// panic, and whatever it answers must parse and answer that query.
+// FuzzHandle feeds the packet handler arbitrary packets, of a server
+// answering from a compiled table and of one answering from a view (an
+// overlay of changed names): it must never panic, and whatever it answers
+// must parse and answer that query.
 func FuzzHandle(f *testing.F) {
 	for _, q := range []struct {
 		name  string
@@ -29,6 +33,9 @@ func FuzzHandle(f *testing.F) {
 	} {
 		f.Add(packQuery(f, q.name, q.qtype, q.edns), false)
 	}
+	for _, n := range []string{"deep.new.novox.internal.", "new.novox.internal.", "v6only.novox.internal.", "9.0.89.10.in-addr.arpa."} {
+		f.Add(packQuery(f, n, dns.TypeA, true), false)
+	}
 	f.Add([]byte{}, true)
 	f.Add([]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xC0, 12, 0, 1, 0, 1}, false)
 	f.Add([]byte{0, 1, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0}, true)
@@ -41,8 +48,35 @@ func FuzzHandle(f *testing.F) {
 	if err := s.Update(testRoster(7)); err != nil {
 		f.Fatal(err)
 	}
+	// A second server answers from a view: the same roster changed by a
+	// delta, the names changed held in an overlay.
+	v, err := New(safeConfig(f, Config{}))
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer v.Close()
+	if err := v.Update(testRoster(7)); err != nil {
+		f.Fatal(err)
+	}
+	if err := v.Apply(&spec.RosterDelta{From: 7, To: 8,
+		Set:    map[string][]netip.Addr{"deep.new.novox.internal": {netip.MustParseAddr("10.89.0.9")}, "gitea.novox.internal": {netip.MustParseAddr("fd7a::7")}},
+		Remove: []string{"v6only.novox.internal"}}); err != nil {
+		f.Fatal(err)
+	}
+	if v.table.Load().over == nil {
+		f.Fatal("the delta left no overlay")
+	}
 	client := netip.MustParseAddr("127.0.0.1")
 	f.Fuzz(func(t *testing.T, req []byte, tcp bool) {
+		for _, s := range []*Server{s, v} {
+			checkHandle(t, s, client, req, tcp)
+		}
+	})
+}
+
+// checkHandle asks s req and checks the reply answers it, fits, and parses.
+func checkHandle(t *testing.T, s *Server, client netip.Addr, req []byte, tcp bool) {
+	{
 		var sc scratch
 		buf := make([]byte, 4096)
 		resp := s.handle(req, client, !tcp, &sc, buf, replyTo{})
@@ -65,7 +99,7 @@ func FuzzHandle(f *testing.F) {
 		if err := m.Unpack(); err != nil {
 			t.Fatalf("reply does not parse: %v\nquery %x\nreply %x", err, req, resp)
 		}
-	})
+	}
 }
 
 // FuzzHandleForward is FuzzHandle with a loopback upstream and the cache

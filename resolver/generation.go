@@ -48,38 +48,32 @@ func (s *Server) Differences(r *spec.Roster, max int) []string {
 	}
 	present := 0 // r's names the table holds
 	for name, addrs := range r.Names {
-		e, _ := t.lookupName(name)
-		if e == nil || !e.routed {
+		h, found, _ := t.lookupName(name)
+		if !found || len(h.a4)+len(h.a6) == 0 { // a roster name has addresses
 			out = append(out, fmt.Sprintf("names[%q]: not in the served roster", spec.CanonicalName(name)))
 			continue
 		}
 		present++
-		have := t.addrsOf(e)
+		have := addrList(h.a4, h.a6)
 		want := addrs
 		if !slices.IsSortedFunc(want, netip.Addr.Compare) {
 			want = slices.Clone(want)
 			slices.SortFunc(want, netip.Addr.Compare)
 		}
 		if !slices.Equal(have, slices.Compact(slices.Clone(want))) {
-			out = append(out, fmt.Sprintf("names[%q]: served %s, here %s", spec.CanonicalName(name), addrList(have), addrList(want)))
+			out = append(out, fmt.Sprintf("names[%q]: served %s, here %s", spec.CanonicalName(name), addrString(have), addrString(want)))
 		}
 	}
-	routed := 0
-	for i := range t.ents {
-		if t.ents[i].routed {
-			routed++
-		}
-	}
-	if routed > present { // names served and not in r: find them (rare)
+	if t.count > present { // names served and not in r: find them (rare)
 		canonical := make(map[string]bool, len(r.Names))
 		for n := range r.Names {
 			canonical[spec.CanonicalName(n)] = true
 		}
-		for i := range t.ents {
-			if e := &t.ents[i]; e.routed && !canonical[t.nameOf(e)] {
-				out = append(out, fmt.Sprintf("names[%q]: served, missing here", t.nameOf(e)))
+		t.eachName(nil, func(name string, _, _ []byte) {
+			if !canonical[name] {
+				out = append(out, fmt.Sprintf("names[%q]: served, missing here", name))
 			}
-		}
+		})
 	}
 	slices.Sort(out)
 	if max > 0 && len(out) > max {
@@ -89,7 +83,7 @@ func (s *Server) Differences(r *spec.Roster, max int) []string {
 	return out
 }
 
-func addrList(addrs []netip.Addr) string {
+func addrString(addrs []netip.Addr) string {
 	s := make([]string, len(addrs))
 	for i, a := range addrs {
 		s[i] = a.String()

@@ -72,7 +72,7 @@ func (s *Server) forwardFast(t *table, req []byte, client netip.Addr, udp bool, 
 		return nil, false
 	}
 	if t != nil {
-		if e, zi := t.lookup(q.qname); e != nil || zi != 0 {
+		if _, found, zi := t.lookup(q.qname); found || zi != 0 {
 			return nil, false
 		}
 	}

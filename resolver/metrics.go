@@ -25,6 +25,8 @@ type metrics struct {
 	cacheEvictions   prometheus.Counter
 	cacheFlushes     prometheus.Counter
 	cacheEntries     prometheus.GaugeFunc
+	swaps            *prometheus.CounterVec
+	merges           prometheus.Counter
 }
 
 // qtypeLabels are the qtype label values; the last one counts the rest.
@@ -126,11 +128,22 @@ func newMetrics(reg prometheus.Registerer, c *cache) (*metrics, error) {
 			}
 			return float64(c.len())
 		}),
+		swaps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshhost_resolver_swaps_total",
+			Help: "Rosters swapped in, by how: delta (Apply), diff (Update of a roster that changed few names) or whole (compiled whole).",
+		}, []string{"how"}),
+		merges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_resolver_merges_total",
+			Help: "Times the names changed by deltas were folded into a newly compiled table, in the background.",
+		}),
+	}
+	for _, how := range []string{"delta", "diff", "whole"} {
+		m.swaps.WithLabelValues(how)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{(*queryCollector)(m), m.forwarded, m.latency, m.generation, m.swap, m.swapPanics,
+	for _, c := range []prometheus.Collector{(*queryCollector)(m), m.forwarded, m.latency, m.generation, m.swap, m.swapPanics, m.swaps, m.merges,
 		m.upstreamFailures, m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheFlushes, m.cacheEntries} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -42,10 +42,23 @@ type Server struct {
 	// compile builds a roster's table: buildTable, except in tests that
 	// need a compile that fails or panics.
 	compile func(r *spec.Roster, ttl, negTTL uint32, busy func() bool) (*table, error)
+	// compactView compiles a view into a new table for a merge:
+	// (*table).compact, except in tests that need one that fails.
+	compactView func(t *table, busy func() bool) (*table, error)
+	// applyDelta makes a view of a table changed by a delta: (*table).apply,
+	// except in tests that need one that panics.
+	applyDelta func(t *table, d *spec.RosterDelta) (*table, error)
 
-	// updateMu serializes Update, so generations are checked and swapped in
-	// order.
+	// updateMu serializes Update and Apply (and a merge's swap), so
+	// generations are checked and swapped in order.
 	updateMu sync.Mutex
+	// state saves the roster served; nil without Config.StatePath.
+	state *state
+	// merging is set while a merge runs (one at a time).
+	merging atomic.Bool
+	// mergeAt is the overlay size that starts a merge: the const mergeAt,
+	// except in tests.
+	mergeAt int
 	// localMu serializes SetLocalForward's copy-on-write.
 	localMu sync.Mutex
 
@@ -65,10 +78,13 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	s := &Server{
-		cfg:       cfg,
-		log:       cfg.Logger.With("component", "resolver"),
-		listeners: map[netip.AddrPort]*listener{},
-		compile:   buildTable,
+		cfg:         cfg,
+		log:         cfg.Logger.With("component", "resolver"),
+		listeners:   map[netip.AddrPort]*listener{},
+		compile:     buildTable,
+		applyDelta:  (*table).apply,
+		compactView: (*table).compact,
+		mergeAt:     mergeAt,
 	}
 	s.maxInflight.Store(maxForwards)
 	s.fwd = &forwarder{s: s, pools: map[netip.AddrPort]*upstream{}, joining: map[string]*pending{}}
@@ -98,13 +114,16 @@ func New(cfg Config) (*Server, error) {
 	s.wg.Go(func() { s.fwd.janitor(s.ctx) })
 
 	if cfg.StatePath != "" {
-		r, err := loadState(cfg.StatePath)
+		r, saved, err := loadState(cfg.StatePath)
 		switch {
 		case errors.Is(err, errNoState):
 		case err != nil:
 			s.cancel()
 			return nil, err
 		default:
+			if saved.broken != nil {
+				s.log.Warn("the saved roster's log could not all be read; serving what it held up to the fault, and saving the roster whole at the next change", "err", saved.broken)
+			}
 			var t *table
 			err := s.safely(r.Generation, "compiling the saved", func() (err error) {
 				t, err = s.compile(r, seconds(cfg.TTL), seconds(cfg.NegativeTTL), nil) // nothing listens yet
@@ -118,6 +137,12 @@ func New(cfg Config) (*Server, error) {
 			s.metrics.generation.Set(float64(t.gen))
 			s.log.Info("serving saved roster", "path", cfg.StatePath, "roster_generation", t.gen, "names", len(r.Names))
 		}
+		st, err := openState(cfg.StatePath, saved)
+		if err != nil {
+			s.cancel()
+			return nil, err
+		}
+		s.state = st
 	}
 
 	if len(cfg.Upstreams) > 0 {
@@ -136,7 +161,7 @@ func (s *Server) Roster() *spec.Roster {
 	if t == nil {
 		return nil
 	}
-	return t.roster()
+	return t.roster(nil)
 }
 
 // SetAllow replaces the client networks answered besides loopback.
@@ -184,6 +209,9 @@ func (s *Server) Close() error {
 	}
 	s.fwd.close()
 	s.wg.Wait()
+	if s.state != nil {
+		errs = append(errs, s.state.store.Close())
+	}
 	return errors.Join(errs...)
 }
 

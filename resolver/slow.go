@@ -60,9 +60,9 @@ func (s *Server) slow(t *table, req []byte, client netip.Addr, udp bool) ([]byte
 	}
 
 	if t != nil {
-		e, zi := t.lookupName(name)
-		if e != nil {
-			s.answerName(t, resp, e, qname, qtype)
+		h, found, zi := t.lookupName(name)
+		if found {
+			s.answerName(t, resp, h, zi, qname, qtype)
 			return pack(resp, limit), nil
 		}
 		// A reverse name of a roster address, inside a zone of the
@@ -117,11 +117,12 @@ func (s *Server) slow(t *table, req []byte, client netip.Addr, udp bool) ([]byte
 	return nil, &forwardJob{req: append([]byte(nil), req...), targets: targets, limit: limit, qtype: qtype, opt: optOffset(req), local: local}
 }
 
-// answerName fills resp for a name the table has.
-func (s *Server) answerName(t *table, resp *dns.Msg, e *entry, qname string, qtype uint16) {
+// answerName fills resp for a name the table has, h, in zone zi (0 for
+// none).
+func (s *Server) answerName(t *table, resp *dns.Msg, h hit, zi uint16, qname string, qtype uint16) {
 	resp.Authoritative = true
 	hdr := dns.Header{Name: qname, Class: dns.ClassINET, TTL: t.ttl}
-	a4, a6 := t.addrs4(e), t.addrs6(e)
+	a4, a6 := h.a4, h.a6
 	addA := func(max int) {
 		for i := 0; i < len(a4) && i/4 < max; i += 4 {
 			resp.Answer = append(resp.Answer, &dns.A{Hdr: hdr, A: rdata.A{Addr: netip.AddrFrom4([4]byte(a4[i : i+4]))}})
@@ -144,16 +145,16 @@ func (s *Server) answerName(t *table, resp *dns.Msg, e *entry, qname string, qty
 			addAAAA(1)
 		}
 	case dns.TypeSOA:
-		if e.zone != 0 && e.nameLen == 0 { // the zone apex
-			if z := &t.zones[e.zone-1]; true {
+		if h.apex {
+			if z := &t.zones[zi-1]; true {
 				soa := s.soaRR(t, z)
 				soa.Header().Name, soa.Header().TTL = qname, t.ttl
 				resp.Answer = []dns.RR{soa}
 			}
 		}
 	}
-	if len(resp.Answer) == 0 && e.zone != 0 {
-		resp.Ns = []dns.RR{s.soaRR(t, &t.zones[e.zone-1])}
+	if len(resp.Answer) == 0 && zi != 0 {
+		resp.Ns = []dns.RR{s.soaRR(t, &t.zones[zi-1])}
 	}
 }
 

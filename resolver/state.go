@@ -4,43 +4,154 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"slices"
 	"strconv"
+	"sync/atomic"
 
-	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/deltalog"
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
 
-// The state file is the roster file format (specjson.ParseRoster), so an
-// operator can read it, and feed it to `meshhost resolver --roster`.
+// The state is two files. Config.StatePath is the roster file
+// (specjson.ParseRoster's format), so that an operator can read it and feed
+// it to `meshhost resolver --roster`. Beside it, StatePath+".log" holds
+// the roster deltas applied since it was written (package deltalog, one
+// delta a line in specjson.ParseRosterDelta's format, keyed by the
+// generation it makes). A change of k names appends k names; the roster
+// file is written whole when a whole roster is compiled, and, in the
+// background, once the log outgrows half of it (compaction). Reading the
+// state back is the roster file, then the log's deltas above its
+// generation, in order.
 
 var errNoState = errors.New("no saved roster")
 
-func loadState(path string) (*spec.Roster, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, errNoState
+// LogPath is the path of the log of deltas beside the roster file path.
+func LogPath(statePath string) string { return statePath + ".log" }
+
+// LoadState reads the roster saved at statePath (Config.StatePath): the
+// roster file and the deltas logged beside it. It returns an error
+// wrapping fs.ErrNotExist when no roster was saved there.
+func LoadState(statePath string) (*spec.Roster, error) {
+	r, _, err := loadState(statePath)
+	if errors.Is(err, errNoState) {
+		return nil, fmt.Errorf("%w: %s", fs.ErrNotExist, statePath)
 	}
+	return r, err
+}
+
+// savedState is what loadState read besides the roster.
+type savedState struct {
+	baseGen  uint64 // the roster file's generation
+	baseSize int64
+	// broken says why the log could not all be applied: the roster is then
+	// the one the roster file and the log's records before the fault
+	// make, and the next save writes the roster file whole.
+	broken error
+}
+
+func loadState(path string) (*spec.Roster, savedState, error) {
+	data, records, err := deltalog.ReadStore(path, LogPath(path))
+	if errors.Is(err, fs.ErrNotExist) && data == nil {
+		return nil, savedState{}, errNoState
+	}
+	var st savedState
 	if err != nil {
-		return nil, fmt.Errorf("reading saved roster: %w", err)
+		if data == nil {
+			return nil, st, fmt.Errorf("reading saved roster: %w", err)
+		}
+		st.broken = err // the log is unreadable: the roster file alone
 	}
 	r, err := specjson.ParseRoster(data)
 	if err != nil {
-		return nil, fmt.Errorf("saved roster %q is unreadable (remove it to start without one): %w", path, err)
+		return nil, st, fmt.Errorf("saved roster %q is unreadable (remove it to start without one): %w", path, err)
 	}
-	return r, nil
+	st.baseGen, st.baseSize = r.Generation, int64(len(data))
+	if st.broken == nil {
+		st.broken = applyRecords(r, records, LogPath(path))
+	}
+	return r, st, nil
 }
 
-// saveState writes t's roster to path atomically: a temporary file in the
-// same directory, synced, renamed over path, and the directory synced.
-func saveState(path string, t *table, busy func() bool) error {
-	if err := atomicfile.Write(path, t.appendJSON(nil, busy), 0o600); err != nil {
-		return fmt.Errorf("saving roster to %q: %w", path, err)
+// applyRecords applies the deltas of records above r's generation to r, in
+// order, and says why it stopped early, if it did.
+func applyRecords(r *spec.Roster, records []deltalog.Record, path string) error {
+	for _, rec := range records {
+		if rec.Key <= r.Generation {
+			continue // folded into the roster file already
+		}
+		d, err := specjson.ParseRosterDelta(rec.Payload)
+		if err == nil && d.To != rec.Key {
+			err = fmt.Errorf("the record is keyed %d but the delta makes generation %d", rec.Key, d.To)
+		}
+		if err == nil {
+			_, err = r.Apply(d)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: the delta to generation %d: %w; serving generation %d", path, rec.Key, err, r.Generation)
+		}
 	}
 	return nil
+}
+
+// state is a Server's saved roster.
+type state struct {
+	path       string
+	store      *deltalog.Store
+	compacting atomic.Bool
+}
+
+func openState(path string, saved savedState) (*state, error) {
+	st, err := deltalog.OpenStore(path, LogPath(path), saved.baseGen, saved.baseSize, saved.broken != nil)
+	if err != nil {
+		return nil, err
+	}
+	return &state{path: path, store: st}, nil
+}
+
+// saveWhole writes t's roster as the roster file, atomically (a temporary
+// file in the same directory, synced, renamed over it, and the directory
+// synced), and drops the log's records it holds.
+func (st *state) saveWhole(t *table, busy func() bool) error {
+	if err := st.store.WriteBase(t.gen, t.appendJSON(nil, busy)); err != nil {
+		return fmt.Errorf("saving roster to %q: %w", st.path, err)
+	}
+	return nil
+}
+
+// saveDelta appends d, which made the roster t serves, to the log; or
+// writes t's roster whole if the log cannot take it.
+func (st *state) saveDelta(t *table, d *spec.RosterDelta, busy func() bool) error {
+	payload, err := d.MarshalJSON()
+	if err == nil {
+		err = st.store.Append(d.To, payload)
+	}
+	if errors.Is(err, deltalog.ErrWhole) {
+		return st.saveWhole(t, busy)
+	}
+	if err != nil {
+		return fmt.Errorf("saving roster to %q: %w", st.path, err)
+	}
+	return nil
+}
+
+// maybeCompact folds the log into the roster file in the background once
+// the log has outgrown half of it (one compaction at a time). Queries do
+// not wait for it, nor does a delta.
+func (st *state) maybeCompact(s *Server) {
+	if !st.store.Due() || !st.compacting.CompareAndSwap(false, true) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer st.compacting.Store(false)
+		t := s.table.Load()
+		if err := s.safely(t.gen, "compacting", func() error { return st.saveWhole(t, s.Busy) }); err != nil {
+			s.log.Warn("folding the roster log into the roster file failed; the log keeps growing until it can", "path", st.path, "err", err)
+		}
+	}()
 }
 
 // appendJSON writes the table's roster in the roster file format. Names are
@@ -63,20 +174,15 @@ func (t *table) appendJSON(b []byte, busy func() bool) []byte {
 	}
 	b = append(b, "], \"names\": {"...)
 	first := true
-	for i := range t.ents {
-		y.Maybe()
-		e := &t.ents[i]
-		if !e.routed {
-			continue
-		}
+	t.eachName(&y, func(name string, a4, a6 []byte) {
 		if !first {
 			b = append(b, ",\n  "...)
 		}
 		first = false
 		b = append(b, '"')
-		b = append(b, t.nameOf(e)...)
+		b = append(b, name...)
 		b = append(b, `": [`...)
-		for j, a := range t.addrsOf(e) {
+		for j, a := range addrList(a4, a6) {
 			if j > 0 {
 				b = append(b, ", "...)
 			}
@@ -85,6 +191,6 @@ func (t *table) appendJSON(b []byte, busy func() bool) []byte {
 			b = append(b, '"')
 		}
 		b = append(b, ']')
-	}
+	})
 	return append(b, "}}\n"...)
 }

@@ -13,6 +13,9 @@ import (
 // History:
 //
 //	1: first version: machine, generation, mesh_names, roster, containers.
+//	   Also read, without a new version (older meshhosts refuse them whole,
+//	   as an unknown field): declaration deltas, a generation and a
+//	   roster_delta in place of roster and containers (DeclarationDelta).
 const SchemaVersion = 1
 
 // MeshNamesFlag is the per-machine migration flag of the declaration.
@@ -58,15 +61,7 @@ func (d *Declaration) Validate() error { return d.ValidateYielding(nil) }
 // name (see Roster.ValidateYielding).
 func (d *Declaration) ValidateYielding(yield func()) error {
 	var errs fieldErrors
-	if d.Schema < 1 || d.Schema > SchemaVersion {
-		errs.add("schema", "%d is not a schema this meshhost reads (1 to %d)", d.Schema, SchemaVersion)
-	}
-	if !machineNameRE.MatchString(d.Machine) {
-		errs.add("machine", "%q is not a machine name (lowercase letters, digits and inner hyphens, at most 63)", d.Machine)
-	}
-	if d.Generation == 0 {
-		errs.add("generation", "must be greater than 0")
-	}
+	validateHead(&errs, d.Schema, d.Machine, d.Generation)
 	switch d.MeshNames {
 	case FlagOff, FlagAuto, FlagOn:
 	default:
@@ -115,6 +110,20 @@ func (d *Declaration) ValidateYielding(yield func()) error {
 		errs.add(fmt.Sprintf("containers[%d].depends_on", i), "cycle: %s", strings.Join(cycle, " -> "))
 	}
 	return errs.err()
+}
+
+// validateHead reports the faults of what a declaration and a declaration
+// delta share: schema, machine and generation.
+func validateHead(errs *fieldErrors, schema int, machine string, generation uint64) {
+	if schema < 1 || schema > SchemaVersion {
+		errs.add("schema", "%d is not a schema this meshhost reads (1 to %d)", schema, SchemaVersion)
+	}
+	if !machineNameRE.MatchString(machine) {
+		errs.add("machine", "%q is not a machine name (lowercase letters, digits and inner hyphens, at most 63)", machine)
+	}
+	if generation == 0 {
+		errs.add("generation", "must be greater than 0")
+	}
 }
 
 // prefixPath joins a roster-relative path under "roster".

@@ -47,22 +47,7 @@ func (r *Roster) ValidateYielding(yield func()) error {
 	if r.Generation == 0 {
 		errs.add("generation", "must be greater than 0")
 	}
-	if len(r.Zones) > MaxZones {
-		errs.add("zones", "%d zones; at most %d are supported", len(r.Zones), MaxZones)
-	}
-	seenZones := map[string]bool{}
-	for i, z := range r.Zones {
-		path := fmt.Sprintf("zones[%d]", i)
-		if err := CheckName(CanonicalName(z)); err != nil {
-			errs.add(path, "%v", err)
-			continue
-		}
-		cz := CanonicalName(z)
-		if seenZones[cz] {
-			errs.add(path, "zone %q is listed twice", z)
-		}
-		seenZones[cz] = true
-	}
+	validateZones(&errs, "zones", r.Zones)
 	if len(r.Names) > MaxNames {
 		errs.add("names", "%d names; at most %d", len(r.Names), MaxNames)
 		return errs.err()
@@ -99,6 +84,26 @@ func (r *Roster) ValidateYielding(yield func()) error {
 		}
 	}
 	return errs.err()
+}
+
+// validateZones reports the faults of a list of zones at path.
+func validateZones(errs *fieldErrors, path string, zones []string) {
+	if len(zones) > MaxZones {
+		errs.add(path, "%d zones; at most %d are supported", len(zones), MaxZones)
+	}
+	seen := map[string]bool{}
+	for i, z := range zones {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if err := CheckName(CanonicalName(z)); err != nil {
+			errs.add(p, "%v", err)
+			continue
+		}
+		cz := CanonicalName(z)
+		if seen[cz] {
+			errs.add(p, "zone %q is listed twice", z)
+		}
+		seen[cz] = true
+	}
 }
 
 // addrFault says what is wrong with addrs[j], "" when nothing is; both of

@@ -38,6 +38,7 @@ import (
 	"github.com/meshhost/meshhost/reconcile/podman"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/resolver/control"
+	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
 
@@ -241,7 +242,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 			}
 		}
 
-		saved, err := agent.LoadDeclaration(dir)
+		saved, err := agent.LoadSaved(dir)
 		if err != nil {
 			// Saved by a meshhost that checked less (a name this one reserves,
 			// say): refusing to start would leave the machine without an agent
@@ -251,16 +252,19 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 			logger.Error("the saved declaration is refused; no container is touched until a valid declaration arrives", "err", err)
 			saved = nil
 		}
-		source := declsource.New(declsource.Config{Machine: *machine, Initial: saved, Reader: specjson.Reader{Busy: busy}, Logger: logger, Registerer: reg})
+		var initial *spec.Declaration
+		if saved != nil {
+			initial = saved.Declaration
+		}
+		source := declsource.New(declsource.Config{Machine: *machine, Initial: initial, Reader: specjson.Reader{Busy: busy}, Logger: logger, Registerer: reg})
+		if _, ok := source.Head(); !ok {
+			saved = nil // not taken (another machine's): nothing to go on from
+		}
 		natsw, err := natsOpts.watcher(*natsURL, *machine, source, logger, reg)
 		if err != nil {
 			return exitUsage, err
 		}
 		g.Go(func() error { return natsw.run(gctx) })
-		var savedGen uint64 // the declaration in force is on disk already: not written again
-		if cur, _ := source.Current(); cur != nil {
-			savedGen = cur.Generation
-		}
 		gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: *machine, Logger: logger, Registerer: reg, MaxProofAge: *proofMaxAge})
 		if err != nil {
 			return 1, err
@@ -420,7 +424,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 				resolver: res, exposeTo: exposeTo, static: static, allow: allow, nodeLocal: nl, loopback: lo,
 				outside: outside, outsideWant: outsideWant, probeBinary: *probeBinary, canary: canary,
 				asserted: asserted, resolverAlive: resolverAlive, gate: gate, journal: jnl, source: source,
-				savedGen: savedGen, sourceHealth: natsw.health, interval: *interval, budget: reconcile.Budget{Max: *budget, Window: *window}, holdAbove: *holdAbove,
+				saved: saved, sourceHealth: natsw.health, interval: *interval, budget: reconcile.Budget{Max: *budget, Window: *window}, holdAbove: *holdAbove,
 			})
 			if err != nil {
 				return err
@@ -462,7 +466,7 @@ type agentSetup struct {
 	gate          *migrations.Gate
 	journal       *journal.Journal
 	source        *declsource.Source
-	savedGen      uint64
+	saved         *agent.Saved
 	sourceHealth  func() error
 	interval      time.Duration
 	budget        reconcile.Budget
@@ -530,7 +534,7 @@ func newAgent(ctx context.Context, s agentSetup) (*agent.Agent, error) {
 	}
 	acfg := agent.Config{
 		Runtime: s.runtime, Reconciler: rec, Resolver: s.resolver, Gate: s.gate, Source: s.source,
-		Networks: s.nets, NewProber: newProber, Journal: s.journal, State: s.dir, SavedGeneration: s.savedGen,
+		Networks: s.nets, NewProber: newProber, Journal: s.journal, State: s.dir, Saved: s.saved,
 		Interval: s.interval, HoldAbove: s.holdAbove, Logger: logger, Registerer: s.reg,
 		AfterPass:     func(*agent.Report) { saveState() },
 		ResolverAlive: s.resolverAlive, Asserted: s.asserted, SourceHealth: s.sourceHealth,

@@ -6,8 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/spf13/cobra"
 	"strconv"
+
+	"github.com/spf13/cobra"
 
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/journal"
@@ -70,15 +71,10 @@ func defineRoster(env *environment, fs *flag.FlagSet) runner {
 			if err != nil {
 				return 1, err
 			}
-			ra, err := j.Roster(a)
+			d, err := j.RosterDiff(a, b)
 			if err != nil {
-				return 1, fmt.Errorf("roster generation %d: %w", a, err)
+				return 1, err
 			}
-			rb, err := j.Roster(b)
-			if err != nil {
-				return 1, fmt.Errorf("roster generation %d: %w", b, err)
-			}
-			d := journal.RosterDiff(ra, rb)
 			if *output == "json" {
 				return 0, json.NewEncoder(env.stdout).Encode(d)
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
@@ -78,7 +79,12 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*planned, error)
 		if err != nil {
 			return nil, err
 		}
-		if decl, err = specjson.ParseDeclaration(data); err != nil {
+		if specjson.IsDeclarationDelta(data) {
+			// A delta: what the declaration the agent saved would become.
+			if decl, err = applyDelta(dir, data); err != nil {
+				return nil, fmt.Errorf("%s: %w", *f.declaration, err)
+			}
+		} else if decl, err = specjson.ParseDeclaration(data); err != nil {
 			return nil, fmt.Errorf("%s: %w", *f.declaration, err)
 		}
 	} else {
@@ -105,6 +111,31 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*planned, error)
 	return planPass(ctx, dir, decl, rt, inPlace, holdAbove)
 }
 
+// applyDelta returns the declaration the agent saved in dir changed by the
+// declaration delta data, as the agent would take it.
+func applyDelta(dir statedir.Dir, data []byte) (*spec.Declaration, error) {
+	dd, err := specjson.ParseDeclarationDelta(data)
+	if err != nil {
+		return nil, err
+	}
+	d, err := agent.LoadDeclaration(dir)
+	switch {
+	case err != nil:
+		return nil, err
+	case d == nil:
+		return nil, fmt.Errorf("a roster delta applies to the declaration in force, and the agent has applied none in %s", dir.Path())
+	case dd.Machine != d.Machine:
+		return nil, fmt.Errorf("the delta is for machine %q, the declaration in force for %q", dd.Machine, d.Machine)
+	case dd.Generation <= d.Generation:
+		return nil, fmt.Errorf("the delta is generation %d, the declaration in force %d", dd.Generation, d.Generation)
+	}
+	if _, err := d.Roster.Apply(dd.Roster); err != nil {
+		return nil, err
+	}
+	d.Generation = dd.Generation
+	return d, nil
+}
+
 // planned is what planPass found: the pass, the roster it renders with,
 // and the freeze in force (nil: none).
 type planned struct {
@@ -125,13 +156,12 @@ type planned struct {
 // The blast-radius hold is judged with holdAbove and the generation the
 // operator approved, as the agent judges it.
 func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, rt reconcile.Runtime, inPlace bool, holdAbove int) (*planned, error) {
-	var served *spec.Roster
-	if data, err := os.ReadFile(dir.Roster()); err == nil {
-		if served, err = specjson.ParseRoster(data); err != nil {
-			return nil, fmt.Errorf("the resolver's saved roster %s: %w", dir.Roster(), err)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+	served, err := resolver.LoadState(dir.Roster()) // the roster file and the deltas logged beside it
+	if errors.Is(err, fs.ErrNotExist) {
+		served, err = nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the resolver's saved roster %s: %w", dir.Roster(), err)
 	}
 	roster := pass.RosterInForce(served, decl.Roster, rosterguard.Policy{}, func() uint64 { return agent.AcceptedRoster(dir) })
 

@@ -134,3 +134,99 @@ func TestPlanAgreesWithTheAgent(t *testing.T) {
 		t.Errorf("meshhost explain web after the pass = %q, want keep", out)
 	}
 }
+
+// TestPlanOfADelta: `meshhost plan --declaration` takes a declaration
+// delta too, as what the declaration the agent saved would become, and
+// announces what the agent's pass then does with the same delta pushed
+// (copy mode: every container replaced for its hosts); the journal's
+// roster diff and history then name the change.
+func TestPlanOfADelta(t *testing.T) {
+	state := t.TempDir()
+	dir := statedir.New(state)
+	srv, err := resolver.New(resolver.Config{StatePath: dir.Roster(), Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: "ace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := memory.New(memory.Options{})
+	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 100, Window: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jnl, err := openJournal(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := declsource.New(declsource.Config{Machine: "ace"})
+	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, State: dir, Journal: jnl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := source.Offer(planDeclaration(1, "web", 12), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	delta := []byte(`{"schema": 1, "machine": "ace", "generation": 2,
+	  "roster_delta": {"from": 1, "generation": 2, "set": {"cache.internal": ["10.9.1.1"]}, "remove": ["n3.internal"]}}`)
+	file := filepath.Join(t.TempDir(), "delta.json")
+	if err := os.WriteFile(file, delta, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	env := &environment{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" },
+		openRuntime: func(context.Context, string) (reconcile.Runtime, bool, error) { return rt, false, nil }}
+	if code := run(ctx, env, []string{"plan", "--declaration", file, "--state", state, "--output", "json"}); code != 2 {
+		t.Fatalf("meshhost plan of a delta = exit %d, want 2\n%s%s", code, stdout.String(), stderr.String())
+	}
+	var planned struct {
+		Actions []actionJSON `json:"actions"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &planned); err != nil {
+		t.Fatalf("plan output: %v\n%s", err, stdout.String())
+	}
+	if _, err := source.Offer(delta, "test"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := a.Pass(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type step struct{ Kind, Container, Reason string }
+	var did, announced []step
+	for _, o := range rep.Result.Outcomes {
+		if o.Kind != reconcile.Keep {
+			did = append(did, step{string(o.Kind), o.Name, o.Reason})
+		}
+	}
+	for _, p := range planned.Actions {
+		announced = append(announced, step{p.Kind, p.Container, p.Reason})
+	}
+	if diff := cmp.Diff(did, announced); diff != "" || len(did) != 3 {
+		t.Errorf("meshhost plan of the delta and the agent's pass differ (-agent +plan):\n%s\n(the pass did %v)", diff, did)
+	}
+	if !strings.Contains(fmt.Sprint(did), "hosts: +cache.internal=10.9.1.1 -n3.internal=10.9.0.4") {
+		t.Errorf("replacements %v do not name the hosts changed", did)
+	}
+
+	stdout.Reset()
+	if code := run(ctx, env, []string{"roster", "diff", "1", "2", "--state", state}); code != 0 {
+		t.Fatalf("roster diff 1 2 = exit %d\n%s", code, stderr.String())
+	}
+	if got, want := stdout.String(), "+ cache.internal 10.9.1.1\n- n3.internal 10.9.0.4\n"; got != want {
+		t.Errorf("roster diff 1 2 =\n%s\nwant\n%s", got, want)
+	}
+	stdout.Reset()
+	if code := run(ctx, env, []string{"history", "--state", state}); code != 0 {
+		t.Fatalf("history = exit %d\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "declaration 2: roster 2, 3 containers, mesh_names off; names +1 -1 ~0") {
+		t.Errorf("history:\n%s", stdout.String())
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -41,6 +42,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/rosterguard"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/deltalog"
 	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
@@ -60,6 +62,15 @@ type Resolver interface {
 	Update(r *spec.Roster) error
 	Roster() *spec.Roster
 	Serving() bool
+}
+
+// DeltaResolver is a Resolver that also puts a roster delta in force,
+// generation-checked (Apply, as *resolver.Server's): a roster change of k
+// names then costs the resolver k. Without it, the agent sends Update the
+// whole roster.
+type DeltaResolver interface {
+	Resolver
+	Apply(d *spec.RosterDelta) error
 }
 
 // Networks reports the runtime's networks, in migrations' terms.
@@ -105,11 +116,14 @@ type Config struct {
 	// and the roster generation the operator accepted are read and written
 	// there.
 	State statedir.Dir
-	// SavedGeneration is the generation of the declaration State holds
-	// already (LoadDeclaration's, when the Source took it), so that a
-	// restart does not write the same declaration again: on a full disk
-	// that write would fail every pass.
-	SavedGeneration uint64
+	// Saved is what LoadSaved read from State, when the Source took its
+	// declaration as its initial one: the agent then goes on appending
+	// roster changes to the declaration's log where the last run left
+	// off, instead of writing the declaration whole at the first change
+	// (the cost of the roster). Nil: the first change is saved whole. The
+	// declaration the Source starts with is never written again: on a
+	// full disk that write would fail every pass.
+	Saved *Saved
 	// Interval between periodic passes. Default 30s.
 	Interval time.Duration
 	Guard    rosterguard.Policy
@@ -155,15 +169,43 @@ type Agent struct {
 
 	// mu serializes passes, and guards the fields below: a pass holds it
 	// from start to end, so only functions named ...Locked touch them.
-	mu          sync.Mutex
-	passes      atomic.Uint64 // passes begun: the last one's number (the pass log field)
-	prober      Prober
-	proberErr   error        // why no prober could be made; logged when it changes
-	applied     uint64       // declaration generation last recorded in the journal
-	saved       uint64       // declaration generation last saved in State
-	heldRoster  error        // why the declared roster is held, or nil
-	inForce     *spec.Roster // the roster the resolver serves; nil until the first pass
-	olderLogged uint64       // an older declared roster generation already warned about
+	mu         sync.Mutex
+	passes     atomic.Uint64 // passes begun: the last one's number (the pass log field)
+	prober     Prober
+	proberErr  error      // why no prober could be made; logged when it changes
+	applied    uint64     // declaration generation last recorded in the journal
+	journalSeq uint64     // the Source's Change last recorded in the journal
+	renders    pass.Cache // one pass's renderings, for the next
+
+	// saveMu guards the saved declaration and the fields below: a pass
+	// and Run's roster loop both save what the Source took before
+	// anything acts on it.
+	saveMu   sync.Mutex
+	savedSeq uint64 // the Source's Change last saved in State
+	// declStore saves the declaration: declaration.json and the log of
+	// deltas beside it. Opened at the first save, which writes it whole.
+	declStore *deltalog.Store
+
+	// rosterMu guards the roster in force and the fields below. A pass
+	// holds it to put the declared roster in force (step 1) and while it
+	// renders with it; Run's roster loop holds it to put a roster change
+	// in force as soon as it arrives, without waiting for a pass.
+	rosterMu   sync.Mutex
+	heldRoster error // why the declared roster is held, or nil
+	// inForce is the roster the resolver serves, the agent's own: a roster
+	// change is applied to it in place. Nil until the first pass (and
+	// after the resolver refused a change: read again from it).
+	inForce *spec.Roster
+	// pending is the change from inForce to the declared roster, as of the
+	// Source's Change declSeq; nil when they are the same. A change the
+	// guard holds, or an older roster, stays pending.
+	pending     *spec.RosterDelta
+	declSeq     uint64
+	synced      bool   // pending and declSeq follow the Source
+	olderLogged uint64 // an older declared roster generation already warned about
+	// unsaved is why the roster loop's last change is served but not
+	// saved; the next pass reports it.
+	unsaved error
 	// exposeErrs says, by network, why the resolver could not be exposed
 	// on it; logged when it changes.
 	exposeErrs map[string]string
@@ -229,25 +271,66 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m, saved: cfg.SavedGeneration}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m}
 	a.status.Store(&status{})
 	return a, nil
 }
 
-// LoadDeclaration returns the declaration saved by the last run, or nil.
+// LoadDeclaration returns the declaration saved by the last run, or nil:
+// the one written whole, changed by the deltas logged after it, in order.
+// A delta that cannot be read or applied (a bug, or a disk that lost
+// data) ends the log: the declaration is the one before it, and the agent
+// writes the declaration whole at its next change.
 func LoadDeclaration(dir statedir.Dir) (*spec.Declaration, error) {
-	data, err := os.ReadFile(dir.Declaration())
-	if errors.Is(err, os.ErrNotExist) {
+	sv, err := LoadSaved(dir)
+	if sv == nil || err != nil {
+		return nil, err
+	}
+	return sv.Declaration, nil
+}
+
+// Saved is the declaration the last run saved, and how it is saved
+// (Config.Saved).
+type Saved struct {
+	Declaration *spec.Declaration
+	baseGen     uint64 // of declaration.json
+	baseSize    int64
+	broken      bool // the log did not all apply: the next save is whole
+}
+
+// LoadSaved is LoadDeclaration, with what the agent needs to go on saving
+// where the last run left off; nil when nothing was saved.
+func LoadSaved(dir statedir.Dir) (*Saved, error) {
+	data, records, err := deltalog.ReadStore(dir.Declaration(), dir.DeclarationLog())
+	if errors.Is(err, os.ErrNotExist) && data == nil {
 		return nil, nil
 	}
-	if err != nil {
+	if data == nil {
 		return nil, fmt.Errorf("reading the saved declaration: %w", err)
 	}
 	d, err := specjson.ParseDeclaration(data)
 	if err != nil {
 		return nil, fmt.Errorf("the saved declaration %s: %w", dir.Declaration(), err)
 	}
-	return d, nil
+	sv := &Saved{Declaration: d, baseGen: d.Generation, baseSize: int64(len(data))}
+	for _, rec := range records {
+		if rec.Key <= d.Generation {
+			continue // written whole since
+		}
+		dd, err := specjson.ParseDeclarationDelta(rec.Payload)
+		if err == nil && (dd.Generation != rec.Key || dd.Machine != d.Machine) {
+			err = errors.New("not this log's")
+		}
+		if err == nil {
+			_, err = d.Roster.Apply(dd.Roster)
+		}
+		if err != nil {
+			sv.broken = true
+			break
+		}
+		d.Generation = dd.Generation
+	}
+	return sv, nil
 }
 
 // Run passes on every declaration change and every Interval until ctx
@@ -255,11 +338,36 @@ func LoadDeclaration(dir statedir.Dir) (*spec.Declaration, error) {
 // next one comes sooner: RetryMin, doubling with each failure in a row up
 // to Interval. Run never returns because a pass failed, and never stops a
 // container on its way out.
+//
+// A declaration change reaches the resolver at once: Run's roster loop
+// puts the roster change in force as soon as the Source takes it, even
+// while a pass is busy with containers (a replacement can take minutes),
+// and then asks for a pass.
 func (a *Agent) Run(ctx context.Context) error {
 	wait := a.cfg.Interval
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	failures := 0
+	changed := make(chan struct{}, 1)
+	loop := make(chan struct{})
+	go func() {
+		defer close(loop)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.cfg.Source.Changed():
+			}
+			if err := a.rosterNow(); err != nil && ctx.Err() == nil {
+				a.log.Error("putting the declared roster in force failed; the next pass retries", "err", err)
+			}
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	defer func() { <-loop }()
 	for {
 		if _, err := a.Pass(ctx); err != nil && ctx.Err() == nil {
 			failures++
@@ -272,7 +380,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-a.cfg.Source.Changed():
+		case <-changed:
 		case <-timer.C:
 		}
 	}
@@ -286,6 +394,32 @@ func RetryWait(min, max time.Duration, n int) time.Duration {
 		w *= 2
 	}
 	return time.Duration(math.Min(float64(w), float64(max)))
+}
+
+// rosterNow puts the declared roster in force now, as a pass's step 1
+// does, without waiting for a pass. A roster served but not saved is
+// reported by the next pass.
+func (a *Agent) rosterNow() (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = a.recovered(context.Background(), "putting the roster in force", v)
+		}
+	}()
+	head, ok := a.cfg.Source.Head()
+	if !ok {
+		return nil
+	}
+	// Saved first, as in a pass: what cannot be saved is not acted on.
+	if err := a.saveDeclaration(head); err != nil {
+		return err
+	}
+	a.rosterMu.Lock()
+	defer a.rosterMu.Unlock()
+	_, unsaved, err := a.rosterInForceLocked(context.Background(), head)
+	if unsaved != nil {
+		a.unsaved = unsaved
+	}
+	return err
 }
 
 // Pass runs one pass now.
@@ -327,48 +461,55 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		a.metrics.pass(st.err, time.Since(start), time.Now())
 		a.status.Store(st)
 	}()
+	a.rosterMu.Lock()
 	if a.inForce == nil {
 		// Once, after a start: the saved roster the resolver serves.
 		// Asked before there is a declaration too, so that the Source
 		// refuses a first one whose roster is older, or reuses its
-		// generation with other names. Kept from then on, since
-		// rebuilding it from the resolver's table costs a pass as much as
-		// the rest for a large roster.
-		a.setInForceLocked(a.cfg.Resolver.Roster())
+		// generation with other names.
+		a.readInForceLocked()
 	}
-	decl, origin := a.cfg.Source.Current()
-	if decl == nil {
+	a.rosterMu.Unlock()
+	head, ok := a.cfg.Source.Head()
+	if !ok {
 		return nil, nil // nothing declared yet: serve the saved roster, touch nothing
 	}
+	decl := head.Declaration // without its roster's names: the roster is inForce
 	rep = &Report{Generation: decl.Generation, Modes: map[string]string{}}
 	ctx = logging.WithAttrs(ctx, "declaration_generation", decl.Generation)
 
 	// 0. The declaration in force is saved before anything acts on it, so
 	// an agent killed mid-pass resumes toward it, not toward an older one
-	// (which would remove the containers the newer one added).
-	if decl.Generation != a.saved {
-		if err := a.saveDeclaration(decl); err != nil {
-			return rep, err
-		}
-		a.saved = decl.Generation
+	// (which would remove the containers the newer one added), and one
+	// that cannot be saved (a full disk) changes nothing, DNS included.
+	if err := a.saveDeclaration(head); err != nil {
+		return rep, err
 	}
 
 	// 1. The roster reaches the resolver first; no container is touched.
-	roster, unsaved, err := a.rosterInForceLocked(ctx, decl.Roster)
+	a.rosterMu.Lock()
+	roster, unsaved, err := a.rosterInForceLocked(ctx, head)
+	unsaved, a.unsaved = errors.Join(unsaved, a.unsaved), nil
+	var zones []string
+	if err == nil {
+		zones = roster.Zones
+		rep.RosterGeneration = roster.Generation
+		ctx = logging.WithAttrs(ctx, "roster_generation", roster.Generation)
+		if a.heldRoster != nil {
+			rep.RosterHeld = a.heldRoster.Error()
+		}
+	}
+	a.rosterMu.Unlock()
 	if err != nil {
 		return rep, err
 	}
-	rep.RosterGeneration = roster.Generation
-	ctx = logging.WithAttrs(ctx, "roster_generation", roster.Generation)
-	if a.heldRoster != nil {
-		rep.RosterHeld = a.heldRoster.Error()
-	}
 
-	// 2. The gate: networks, probes, modes.
+	// 2. The gate: networks, probes, modes. Zones are never changed in
+	// place: a roster change replaces the list.
 	if err := a.cfg.Gate.SetFlag(decl.MeshNames); err != nil {
 		return rep, fmt.Errorf("setting the migration flag: %w", err)
 	}
-	if err := a.gateLocked(ctx, roster, rep); err != nil {
+	if err := a.gateLocked(ctx, zones, rep); err != nil {
 		return rep, err
 	}
 	observed, err := a.cfg.Runtime.List(ctx)
@@ -378,9 +519,13 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 
 	// 3. What the pass does (package pass, as `meshhost plan` computes
 	// it), then doing it.
+	// Copy-mode containers are rendered with the roster in force at that
+	// moment (the roster loop may have moved it on since step 1, in
+	// place): Compute holds the roster lock while it reads it, and only
+	// then, so a roster change never waits for a pass in resolve mode.
 	c, err := pass.Compute(ctx, pass.Input{
-		Declaration: decl, Roster: roster, Gate: a.cfg.Gate, Observed: observed, Planner: a.cfg.Reconciler,
-		HoldAbove: a.cfg.HoldAbove, Approved: func() uint64 { return ApprovedDeclaration(a.cfg.State) },
+		Declaration: decl, Roster: roster, RosterLock: &a.rosterMu, Gate: a.cfg.Gate, Observed: observed, Planner: a.cfg.Reconciler,
+		Cache: &a.renders, HoldAbove: a.cfg.HoldAbove, Approved: func() uint64 { return ApprovedDeclaration(a.cfg.State) },
 	})
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
@@ -391,7 +536,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	rep.Held = c.Hold
 	freeze, ferr := Frozen(a.cfg.State)
 	rep.Frozen = freeze != nil
-	a.controlsLocked(decl, roster, c.Hold, freeze, ferr)
+	a.controlsLocked(decl, rep.RosterGeneration, c.Hold, freeze, ferr)
 	if rep.Frozen || c.Hold.Held() {
 		// Nothing of the plan is applied: the containers stay as they
 		// are. The roster is in force already, and the next pass judges
@@ -406,9 +551,9 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	}
 
 	// 4. Remember what was applied.
-	a.recordDeclarationLocked(ctx, decl, origin)
+	a.recordDeclarationLocked(ctx, head)
 	a.metrics.declaration.Set(float64(decl.Generation))
-	return rep, errors.Join(unsaved, res.Err())
+	return rep, errors.Join(unsaved, res.Err(), a.compactDeclaration())
 }
 
 // recovered logs and counts a panic the agent recovered from in what, and
@@ -430,78 +575,215 @@ func (a *Agent) afterPass(rep *Report) (err error) {
 	return nil
 }
 
-// recordDeclarationLocked journals decl the first time a pass applied it.
-func (a *Agent) recordDeclarationLocked(ctx context.Context, decl *spec.Declaration, origin string) {
+// recordDeclarationLocked journals the declaration in force the first
+// time a pass applied it, with its roster's change from the declaration
+// recorded before (from the Source's Changes: what changed, not the
+// roster).
+func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Head) {
 	syncs.AssertLocked(&a.mu)
+	decl := head.Declaration
 	if decl.Generation == a.applied {
 		return
 	}
 	if a.cfg.Journal != nil {
-		if _, err := a.cfg.Journal.RecordDeclaration(decl, time.Now()); err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
+		diff := journal.Diff{To: decl.Roster.Generation, Unknown: true}
+		changes, ok := a.changesThrough(a.journalSeq, head)
+		if ok && (a.applied != 0 || len(changes) > 0) {
+			if do, undo, err := compose(changes); err == nil && do != nil {
+				diff = journal.DiffOf(do, undo)
+			} else if err == nil {
+				diff = journal.Diff{From: decl.Roster.Generation, To: decl.Roster.Generation}
+			}
+		}
+		if _, err := a.cfg.Journal.RecordDeclaration(decl, diff, time.Now()); err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
 			a.log.WarnContext(ctx, "recording the declaration in the journal", "err", err)
 		}
 	}
-	a.applied = decl.Generation
-	a.log.InfoContext(ctx, "declaration applied", "declaration_generation", decl.Generation, "origin", origin)
+	a.applied, a.journalSeq = decl.Generation, head.Seq
+	a.log.InfoContext(ctx, "declaration applied", "declaration_generation", decl.Generation, "origin", head.Origin)
 }
 
-// rosterInForceLocked updates the resolver with the declared roster unless
-// the guard holds it (pass.RosterInForce decides), and returns the roster
-// containers are rendered with: the one the resolver serves. unsaved is set
-// when that roster is served but the resolver could not save it: the pass
-// goes on, and fails at its end.
-func (a *Agent) rosterInForceLocked(ctx context.Context, declared *spec.Roster) (_ *spec.Roster, unsaved, err error) {
-	syncs.AssertLocked(&a.mu)
+// changesThrough returns the Source's Changes after seq, up to the one
+// head includes (a later one is the next pass's), and false when the
+// Source no longer has them all.
+func (a *Agent) changesThrough(seq uint64, head declsource.Head) ([]declsource.Change, bool) {
+	if seq > head.Seq {
+		return nil, false
+	}
+	changes, ok := a.cfg.Source.ChangesSince(seq)
+	for len(changes) > 0 && changes[len(changes)-1].Seq > head.Seq {
+		changes = changes[:len(changes)-1]
+	}
+	return changes, ok
+}
+
+// compose returns the roster change that changes make, in order, and the
+// one that undoes it; nil for no change.
+func compose(changes []declsource.Change) (do, undo *spec.RosterDelta, err error) {
+	for _, c := range changes {
+		if do == nil {
+			do, undo = c.Roster, c.Undo
+			continue
+		}
+		if do, err = do.Then(c.Roster); err != nil {
+			return nil, nil, err
+		}
+		if undo, err = c.Undo.Then(undo); err != nil {
+			return nil, nil, err
+		}
+	}
+	return do, undo, nil
+}
+
+// rosterInForceLocked updates the resolver with the change declared since
+// the roster in force, unless the guard holds it (pass.RosterChange
+// decides), and returns the roster containers are rendered with: the one
+// the resolver serves. It costs what changed: the change goes to the
+// resolver as a delta, and is applied to the agent's own roster in place.
+// unsaved is set when that roster is served but the resolver could not
+// save it: the pass goes on, and fails at its end.
+func (a *Agent) rosterInForceLocked(ctx context.Context, head declsource.Head) (_ *spec.Roster, unsaved, err error) {
+	syncs.AssertLocked(&a.rosterMu)
+	if a.inForce == nil {
+		// Once, after a start (or after the resolver refused a change):
+		// the roster the resolver serves. Kept from then on, and changed
+		// in place, since rebuilding it from the resolver's table costs a
+		// pass as much as the rest for a large roster.
+		a.readInForceLocked()
+	}
+	if err := a.syncDeclaredLocked(head); err != nil {
+		return nil, nil, err
+	}
 	held := a.heldRoster
 	a.heldRoster = nil
 	a.metrics.rosterHeld.Set(0)
-	c := pass.RosterInForce(a.inForce, declared, a.cfg.Guard, a.accepted)
+	c := pass.RosterChange(a.inForce, a.pending, a.cfg.Guard, a.accepted)
 	switch {
 	case c.Older:
-		if a.olderLogged != declared.Generation {
+		if a.olderLogged != a.pending.To {
 			// Generations never go backwards: keep serving the newer one.
-			a.log.WarnContext(ctx, "declared roster is older than the one served; keeping the newer", "roster_generation", declared.Generation, "served_roster_generation", c.InForce.Generation)
-			a.olderLogged = declared.Generation
+			a.log.WarnContext(ctx, "declared roster is older than the one served; keeping the newer", "roster_generation", a.pending.To, "served_roster_generation", a.inForce.Generation)
+			a.olderLogged = a.pending.To
 		}
-		return c.InForce, nil, nil
+		return a.inForce, nil, nil
 	case c.Held != nil:
 		a.heldRoster = c.Held
 		a.metrics.rosterHeld.Set(1)
 		if held == nil || held.Error() != c.Held.Error() { // loud once; the metric stays
-			a.log.ErrorContext(ctx, "roster held", "roster_generation", declared.Generation, "err", c.Held)
+			a.log.ErrorContext(ctx, "roster held", "roster_generation", a.pending.To, "err", c.Held)
 		}
-		return c.InForce, nil, nil
+		return a.inForce, nil, nil
 	case !c.Update:
-		return c.InForce, nil, nil
+		return a.inForce, nil, nil
 	case c.Accepted:
-		a.log.WarnContext(ctx, "roster shrink accepted by the operator", "roster_generation", declared.Generation)
+		a.log.WarnContext(ctx, "roster shrink accepted by the operator", "roster_generation", a.pending.To)
 	}
-	if err := a.cfg.Resolver.Update(declared); err != nil {
-		err = fmt.Errorf("updating the resolver to roster generation %d: %w", declared.Generation, err)
+	return a.putInForceLocked(ctx, a.pending)
+}
+
+// syncDeclaredLocked brings pending up to the Source's latest Change: the
+// changes since declSeq, composed (what changed), or, when the Source no
+// longer has them (or after a start), the whole declared roster compared
+// with the one in force.
+func (a *Agent) syncDeclaredLocked(head declsource.Head) error {
+	syncs.AssertLocked(&a.rosterMu)
+	if a.synced {
+		if changes, ok := a.changesThrough(a.declSeq, head); ok {
+			for _, c := range changes {
+				next := c.Roster
+				if a.pending != nil {
+					var err error
+					if next, err = a.pending.Then(c.Roster); err != nil {
+						a.synced = false
+						return a.syncDeclaredLocked(head)
+					}
+				}
+				a.pending, a.declSeq = next, c.Seq
+			}
+			return nil
+		}
+	}
+	a.synced = true
+	if a.inForce != nil && head.Seq == 0 && a.inForce.Generation == head.Declaration.Roster.Generation {
+		// After a start: the declaration saved and the roster the resolver
+		// saved are of one generation, so they are one roster.
+		a.pending, a.declSeq = nil, head.Seq
+		return nil
+	}
+	declared, seq := a.cfg.Source.Roster()
+	a.pending, a.declSeq = nil, seq
+	if declared != nil && (a.inForce == nil || declared.Generation != a.inForce.Generation) {
+		a.pending, _ = spec.DiffRosters(a.inForce, declared)
+	}
+	return nil
+}
+
+// putInForceLocked gives the resolver the change d from the roster in
+// force, and applies it to the agent's roster.
+func (a *Agent) putInForceLocked(ctx context.Context, d *spec.RosterDelta) (_ *spec.Roster, unsaved, err error) {
+	syncs.AssertLocked(&a.rosterMu)
+	if dr, ok := a.cfg.Resolver.(DeltaResolver); ok {
+		err = dr.Apply(d)
+	} else {
+		next := &spec.Roster{Names: map[string][]netip.Addr{}}
+		if a.inForce != nil {
+			next.Generation, next.Zones = a.inForce.Generation, a.inForce.Zones
+			maps.Copy(next.Names, a.inForce.Names)
+		}
+		if _, err = next.Apply(d); err == nil {
+			err = a.cfg.Resolver.Update(next)
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("updating the resolver to roster generation %d: %w", d.To, err)
 		// The resolver serves a roster it could not save (a full disk)
 		// rather than none: it is in force, and the next pass must not
 		// offer it again (the resolver would refuse it as not newer, and
 		// every pass after would fail). This pass goes on with it, and
 		// reports the error at its end.
 		served := a.cfg.Resolver.Roster() // costly, but only on this error
-		if served == nil || served.Generation < declared.Generation {
+		a.synced = false                  // compare the declared roster with it again
+		if served == nil || served.Generation < d.To {
+			if errors.Is(err, spec.ErrDeltaBase) {
+				a.inForce = nil // someone else changed the resolver's roster: read it again
+			}
 			return nil, nil, err
 		}
 		a.setInForceLocked(served)
 		a.log.ErrorContext(ctx, "roster in force but not saved: after a restart the resolver serves the roster it saved before, until the first pass", "roster_generation", served.Generation, "err", err)
 		return served, err, nil
 	}
-	a.setInForceLocked(declared)
-	a.log.InfoContext(ctx, "roster in force", "roster_generation", declared.Generation, "names", len(declared.Names))
-	return declared, nil, nil
+	if a.inForce == nil {
+		a.inForce = &spec.Roster{Names: map[string][]netip.Addr{}}
+	}
+	if _, err := a.inForce.Apply(d); err != nil {
+		a.inForce = nil // cannot happen: d is from inForce's generation; read it again
+		return nil, nil, err
+	}
+	a.pending = nil
+	a.setInForceLocked(a.inForce)
+	a.log.InfoContext(ctx, "roster in force", "roster_generation", d.To, "names", len(a.inForce.Names), "changed", d.Len())
+	return a.inForce, nil, nil
 }
 
 // setInForceLocked records r as the roster the resolver serves, and tells
 // the Source, which refuses a declaration whose roster contradicts it.
 func (a *Agent) setInForceLocked(r *spec.Roster) {
-	syncs.AssertLocked(&a.mu)
+	syncs.AssertLocked(&a.rosterMu)
 	a.inForce = r
-	a.cfg.Source.SetServed(r)
+	var gen uint64
+	if r != nil {
+		gen = r.Generation
+	}
+	a.cfg.Source.SetServed(gen, a.cfg.Resolver.Roster)
+}
+
+// readInForceLocked reads the roster in force from the resolver (costly:
+// after a start, or after the resolver refused a change).
+func (a *Agent) readInForceLocked() {
+	syncs.AssertLocked(&a.rosterMu)
+	a.setInForceLocked(a.cfg.Resolver.Roster())
+	a.synced = false
 }
 
 func (a *Agent) accepted() uint64 { return AcceptedRoster(a.cfg.State) }
@@ -522,7 +804,7 @@ func AcceptRoster(dir statedir.Dir, gen uint64) error {
 	return writeAtomic(dir.RosterAccept(), []byte(strconv.FormatUint(gen, 10)+"\n"))
 }
 
-func (a *Agent) gateLocked(ctx context.Context, roster *spec.Roster, rep *Report) error {
+func (a *Agent) gateLocked(ctx context.Context, zones []string, rep *Report) error {
 	syncs.AssertLocked(&a.mu)
 	if a.cfg.Networks == nil {
 		return nil
@@ -549,7 +831,7 @@ func (a *Agent) gateLocked(ctx context.Context, roster *spec.Roster, rep *Report
 			a.log.InfoContext(ctx, "the resolver's exposure is this agent's now (what an earlier agent exposed and this one did not is dropped)")
 		}
 	}
-	if err := a.ensureProberLocked(roster); err != nil {
+	if err := a.ensureProberLocked(zones); err != nil {
 		if a.proberErr == nil || a.proberErr.Error() != err.Error() {
 			a.log.WarnContext(ctx, "cannot probe the networks; every container keeps its copied names until a probe passes", "err", err)
 		}
@@ -636,15 +918,15 @@ func (a *Agent) exposedLocked() error {
 	return fmt.Errorf("the resolver is not exposed where the gate says: %w", errors.Join(errs...))
 }
 
-func (a *Agent) ensureProberLocked(roster *spec.Roster) error {
+func (a *Agent) ensureProberLocked(zones []string) error {
 	syncs.AssertLocked(&a.mu)
 	if a.cfg.NewProber == nil || a.prober != nil {
 		return nil
 	}
-	if len(roster.Zones) == 0 {
+	if len(zones) == 0 {
 		return errors.New("the roster has no zone to ask the canary under")
 	}
-	p, err := a.cfg.NewProber(roster.Zones[0])
+	p, err := a.cfg.NewProber(zones[0])
 	if err != nil {
 		return err
 	}
@@ -652,18 +934,99 @@ func (a *Agent) ensureProberLocked(roster *spec.Roster) error {
 	return nil
 }
 
-func (a *Agent) saveDeclaration(d *spec.Declaration) error {
-	// The document as received: a 100,000-name roster costs a second to
-	// marshal again, and what was parsed once parses again the same way.
-	data := a.cfg.Source.Document()
-	if cur, _ := a.cfg.Source.Current(); data == nil || cur != d {
-		var err error
-		if data, err = d.MarshalJSON(); err != nil {
-			return err
+// saveDeclaration saves the declarations the Source took since the last
+// one saved, up to head: a whole declaration as the document received,
+// and the deltas after it by appending them to the declaration's log
+// (what changed, not the roster).
+func (a *Agent) saveDeclaration(head declsource.Head) error {
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
+	if head.Seq <= a.savedSeq {
+		return nil
+	}
+	changes, ok := a.changesThrough(a.savedSeq, head)
+	whole := -1 // the last whole declaration among them
+	for i, c := range changes {
+		if c.Whole {
+			whole = i
 		}
 	}
-	if err := writeAtomic(a.cfg.State.Declaration(), data); err != nil {
+	if a.declStore == nil {
+		gen, size, whole := uint64(0), int64(0), true
+		if sv := a.cfg.Saved; sv != nil {
+			gen, size, whole = sv.baseGen, sv.baseSize, sv.broken
+		}
+		st, err := deltalog.OpenStore(a.cfg.State.Declaration(), a.cfg.State.DeclarationLog(), gen, size, whole)
+		if err != nil {
+			return fmt.Errorf("saving the applied declaration: %w", err)
+		}
+		a.declStore = st
+	}
+	err := func() error {
+		if !ok {
+			return a.saveWholeLocked()
+		}
+		if whole >= 0 {
+			// The document as received: a 100,000-name roster costs far
+			// more to marshal again, and what was parsed once parses
+			// again the same way.
+			data, gen := a.cfg.Source.Document()
+			if gen != changes[whole].Generation {
+				return a.saveWholeLocked()
+			}
+			if err := a.declStore.WriteBase(gen, data); err != nil {
+				return err
+			}
+			changes = changes[whole+1:]
+		}
+		for _, c := range changes {
+			payload, err := (&spec.DeclarationDelta{Schema: spec.SchemaVersion, Machine: head.Declaration.Machine, Generation: c.Generation, Roster: c.Roster}).MarshalJSON()
+			if err == nil {
+				err = a.declStore.Append(c.Generation, payload)
+			}
+			if errors.Is(err, deltalog.ErrWhole) {
+				return a.saveWholeLocked()
+			}
+			if err != nil {
+				return err
+			}
+		}
+		a.savedSeq = head.Seq
+		return nil
+	}()
+	if err != nil {
 		return fmt.Errorf("saving the applied declaration: %w", err)
+	}
+	return nil
+}
+
+// saveWholeLocked writes the declaration in force whole (its roster
+// marshalled again: the cost of the roster).
+func (a *Agent) saveWholeLocked() error {
+	syncs.AssertLocked(&a.saveMu)
+	d, seq := a.cfg.Source.Snapshot()
+	data, err := d.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	if err := a.declStore.WriteBase(d.Generation, data); err != nil {
+		return err
+	}
+	a.savedSeq = seq
+	return nil
+}
+
+// compactDeclaration writes the declaration whole once the log of deltas
+// beside it has outgrown half of it: a cost of the roster's size, once per
+// that many changed names.
+func (a *Agent) compactDeclaration() error {
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
+	if a.declStore == nil || !a.declStore.Due() {
+		return nil
+	}
+	if err := a.saveWholeLocked(); err != nil {
+		return fmt.Errorf("folding the declaration's log into it: %w", err)
 	}
 	return nil
 }

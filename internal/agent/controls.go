@@ -160,7 +160,7 @@ func (a *Agent) writeStatusLocked(st Status) {
 // the hold of declaration decl (nil: none) and the freeze (nil: none; ferr
 // when its file is unreadable): the metrics, one log line when either
 // changes, and status.json.
-func (a *Agent) controlsLocked(decl *spec.Declaration, roster *spec.Roster, h *pass.Hold, freeze *Freeze, ferr error) {
+func (a *Agent) controlsLocked(decl *spec.Declaration, rosterGen uint64, h *pass.Hold, freeze *Freeze, ferr error) {
 	syncs.AssertLocked(&a.mu)
 	frozen := freeze != nil
 	switch {
@@ -194,7 +194,7 @@ func (a *Agent) controlsLocked(decl *spec.Declaration, roster *spec.Roster, h *p
 		n = len(h.Replacements)
 	}
 	a.metrics.heldReplacements.Set(float64(n))
-	a.writeStatusLocked(Status{HoldAbove: a.cfg.HoldAbove, Generation: decl.Generation, RosterGeneration: roster.Generation, Held: h, Frozen: frozen})
+	a.writeStatusLocked(Status{HoldAbove: a.cfg.HoldAbove, Generation: decl.Generation, RosterGeneration: rosterGen, Held: h, Frozen: frozen})
 }
 
 func b2f(b bool) float64 {

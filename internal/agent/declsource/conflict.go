@@ -33,11 +33,15 @@ const (
 	// RefusedRosterGenerationReused: its roster has the generation of the
 	// one served (or in force) with other names (HTTP 409).
 	RefusedRosterGenerationReused Refusal = "roster_generation_reused"
+	// RefusedDeltaBase: a declaration delta whose roster delta does not
+	// apply to the roster in force (ErrDeltaBase, HTTP 409): the
+	// controller sends the whole declaration.
+	RefusedDeltaBase Refusal = "delta_base"
 )
 
 // refusals lists every Refusal, for the metric's labels.
 var refusals = []Refusal{RefusedInvalid, RefusedTooLarge, RefusedOtherMachine, RefusedOlder,
-	RefusedGenerationReused, RefusedRosterOlder, RefusedRosterGenerationReused}
+	RefusedGenerationReused, RefusedRosterOlder, RefusedRosterGenerationReused, RefusedDeltaBase}
 
 // ErrConflict is matched (errors.Is) by every refusal of a declaration that
 // contradicts what is in force (a *ConflictError): the push endpoint
@@ -48,7 +52,8 @@ var ErrConflict = errors.New("the declaration contradicts what is in force")
 
 // ConflictError refuses a declaration that contradicts what is in force,
 // each fault naming a path of the refused document. It matches ErrConflict,
-// and ErrStale when the declaration is older (RefusedOlder).
+// and ErrStale when the declaration or its roster is older (RefusedOlder,
+// RefusedRosterOlder).
 type ConflictError struct {
 	Refusal Refusal
 	Faults  []*spec.FieldError
@@ -71,9 +76,9 @@ func (e *ConflictError) Unwrap() []error {
 	return out
 }
 
-// Is matches ErrConflict, and ErrStale for an older declaration.
+// Is matches ErrConflict, and ErrStale for an older declaration or roster.
 func (e *ConflictError) Is(target error) bool {
-	return target == ErrConflict || target == ErrStale && e.Refusal == RefusedOlder
+	return target == ErrConflict || target == ErrStale && (e.Refusal == RefusedOlder || e.Refusal == RefusedRosterOlder)
 }
 
 // refused is a refusal other than a conflict or a fault of the document,
@@ -95,6 +100,8 @@ func refusalOf(err error) Refusal {
 		return ce.Refusal
 	case errors.As(err, &r):
 		return r.why
+	case errors.Is(err, ErrDeltaBase):
+		return RefusedDeltaBase
 	}
 	return RefusedInvalid
 }
@@ -121,14 +128,11 @@ func (l faultList) bounded() []*spec.FieldError {
 // none), and served, the roster the resolver serves (nil: unknown). It
 // returns same when d is cur again (the same push twice, which is not a
 // fault), and a *ConflictError when d contradicts them.
-func checkGenerations(d, cur *spec.Declaration, served *spec.Roster) (same bool, err error) {
+func checkGenerations(d, cur *spec.Declaration, srv served) (same bool, err error) {
 	if cur != nil {
 		switch {
 		case d.Generation < cur.Generation:
-			return false, &ConflictError{Refusal: RefusedOlder, Faults: []*spec.FieldError{{
-				Path:   "generation",
-				Reason: fmt.Sprintf("%d is older than generation %d, which is in force; generations never go back", d.Generation, cur.Generation),
-			}}}
+			return false, olderThan(d.Generation, cur.Generation)
 		case d.Generation == cur.Generation:
 			diffs := declarationDifferences(cur, d)
 			if len(diffs) == 0 {
@@ -144,28 +148,40 @@ func checkGenerations(d, cur *spec.Declaration, served *spec.Roster) (same bool,
 	// The roster's generation names one roster too, and never goes back:
 	// judged against the one served and the one of the declaration in
 	// force (a roster the guard holds is in force, not served).
-	known := []struct {
-		r    *spec.Roster
-		what string
-	}{{served, "served"}}
-	if cur != nil && cur.Roster != served {
-		known = append(known, struct {
-			r    *spec.Roster
-			what string
-		}{cur.Roster, fmt.Sprintf("in force in declaration %d", cur.Generation)})
+	type known struct {
+		gen    uint64
+		roster func() *spec.Roster // read only when the generations are equal
+		what   string
 	}
-	for _, k := range known {
-		if k.r == nil {
-			continue
+	var knowns []known
+	if srv.gen != 0 && (cur == nil || srv.gen != cur.Roster.Generation) {
+		// The served roster is read only when it is not the one in force
+		// (then judged as that one): rarely, and at a cost.
+		knowns = append(knowns, known{srv.gen, srv.roster, "served"})
+	}
+	if cur != nil {
+		what := fmt.Sprintf("in force in declaration %d", cur.Generation)
+		if srv.gen == cur.Roster.Generation {
+			what = "served"
 		}
+		knowns = append(knowns, known{cur.Roster.Generation, func() *spec.Roster { return cur.Roster }, what})
+	}
+	for _, k := range knowns {
 		switch g := d.Roster.Generation; {
-		case g < k.r.Generation:
+		case g < k.gen:
 			return false, &ConflictError{Refusal: RefusedRosterOlder, Faults: []*spec.FieldError{{
 				Path:   "roster.generation",
-				Reason: fmt.Sprintf("%d is older than roster generation %d, %s; rosters never go back (a roster that moved back would leave names at old addresses)", g, k.r.Generation, k.what),
+				Reason: fmt.Sprintf("%d is older than roster generation %d, %s; rosters never go back (a roster that moved back would leave names at old addresses)", g, k.gen, k.what),
 			}}}
-		case g == k.r.Generation:
-			diffs := rosterDifferences(k.r, d.Roster, "roster")
+		case g == k.gen:
+			var r *spec.Roster
+			if k.roster != nil {
+				r = k.roster()
+			}
+			if r == nil {
+				continue // cannot be read: judged by its generation only
+			}
+			diffs := rosterDifferences(r, d.Roster, "roster")
 			if len(diffs) == 0 {
 				continue
 			}
@@ -177,6 +193,14 @@ func checkGenerations(d, cur *spec.Declaration, served *spec.Roster) (same bool,
 		}
 	}
 	return false, nil
+}
+
+// olderThan refuses declaration generation gen, older than inForce.
+func olderThan(gen, inForce uint64) *ConflictError {
+	return &ConflictError{Refusal: RefusedOlder, Faults: []*spec.FieldError{{
+		Path:   "generation",
+		Reason: fmt.Sprintf("%d is older than generation %d, which is in force; generations never go back", gen, inForce),
+	}}}
 }
 
 // declarationDifferences returns what differs from cur to d (the same

@@ -71,7 +71,8 @@ func TestGenerationsCannotLie(t *testing.T) {
 	if _, err := s.Offer([]byte(first), "test"); err != nil {
 		t.Fatal(err)
 	}
-	s.SetServed(mustRoster(t, `{"generation": 3, "zones": ["internal"], "names": {`+namesA+`}}`))
+	served := mustRoster(t, `{"generation": 3, "zones": ["internal"], "names": {`+namesA+`}}`)
+	s.SetServed(served.Generation, func() *spec.Roster { return served })
 
 	tests := []struct {
 		name    string

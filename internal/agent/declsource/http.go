@@ -54,13 +54,15 @@ type fault struct {
 	Reason string `json:"reason"`
 }
 
-// Handler serves PUT (or POST) /v1/declaration: 200 with the generation in
-// force when accepted (the same declaration again included), 400 with every
-// fault named when refused, 409 when it contradicts what is in force
-// (ErrConflict: an older generation, the generation in force with other
-// content, a roster older than the one served or with its generation and
-// other names), 413 over spec.MaxDocumentBytes. GET returns the declaration
-// in force.
+// Handler serves PUT (or POST) /v1/declaration, a whole declaration or a
+// declaration delta: 200 with the generation in force when accepted (the
+// same declaration again included), 400 with every fault named when
+// refused, 409 when it contradicts what is in force (ErrConflict: an older
+// generation, the generation in force with other content, a roster older
+// than the one served or with its generation and other names) or is a
+// delta whose roster is from another generation than the one in force
+// (ErrDeltaBase: the reason says so; send the whole declaration), 413 over
+// spec.MaxDocumentBytes. GET returns the declaration in force.
 func (s *Source) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/declaration", func(w http.ResponseWriter, r *http.Request) {
@@ -82,7 +84,7 @@ func (s *Source) Handler() http.Handler {
 			if err != nil {
 				status := http.StatusBadRequest
 				switch {
-				case errors.Is(err, ErrConflict):
+				case errors.Is(err, ErrConflict), errors.Is(err, ErrDeltaBase):
 					status = http.StatusConflict
 				case refusalOf(err) == RefusedTooLarge:
 					status = http.StatusRequestEntityTooLarge
@@ -91,7 +93,7 @@ func (s *Source) Handler() http.Handler {
 				writeJSON(w, status, map[string]any{"error": "declaration refused", "faults": faults(err)})
 				return
 			}
-			writeJSON(w, http.StatusOK, map[string]any{"machine": d.Machine, "generation": d.Generation})
+			writeJSON(w, http.StatusOK, map[string]any{"machine": d.Machine, "generation": d.Generation, "roster_generation": d.Roster.Generation})
 		default:
 			w.Header().Set("Allow", "GET, PUT, POST")
 			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "use PUT or GET"})

@@ -51,7 +51,7 @@ func TestPut(t *testing.T) {
 			if got := changed(); got != tc.wantSignaled {
 				t.Errorf("Changed signalled %v, want %v", got, tc.wantSignaled)
 			}
-			if s.Document() != nil {
+			if doc, _ := s.Document(); doc != nil {
 				t.Error("Document() after Put is not nil: the agent would save bytes of another declaration")
 			}
 		})

@@ -3,6 +3,17 @@
 // pushes to, on a unix socket or a loopback address only. Every document is
 // parsed strictly by specjson.ParseDeclaration; a faulty one is refused whole and
 // the previous declaration stays in force.
+//
+// A document is a whole declaration, or a declaration delta
+// (specjson.ParseDeclarationDelta): a new generation whose roster is the
+// roster in force changed by a few names. A delta applies only on top of
+// the roster generation it names; else it is refused (ErrDeltaBase, HTTP
+// 409) and the controller sends the whole declaration. The Source keeps
+// the declared roster as its own and changes it in place, so a delta costs
+// what it changes; a whole declaration costs reading it and finding what
+// changed. Either way the Source records each declaration it takes as a
+// Change (the roster's delta, and its undo), which its reader takes in
+// order (ChangesSince): a pass costs what changed, not the roster.
 package declsource
 
 import (
@@ -11,9 +22,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
@@ -28,6 +43,12 @@ import (
 // ErrStale is matched by the refusal of a declaration whose generation is
 // older than the one in force (a *ConflictError).
 var ErrStale = errors.New("declaration generation is older than the one in force")
+
+// ErrDeltaBase is returned for a declaration delta that does not apply to
+// the declaration in force: its roster delta is from another roster
+// generation, or no declaration is in force yet. The controller sends the
+// whole declaration (or a delta from the roster generation in force).
+var ErrDeltaBase = errors.New("the roster delta does not apply to the roster in force")
 
 // Source holds the newest valid declaration and tells a listener when it
 // changes.
@@ -38,13 +59,48 @@ type Source struct {
 	changed chan struct{}
 	refused *prometheus.CounterVec // by Refusal
 
+	// changeMu serializes changes of the declaration in force; it is held
+	// while the names of current's roster are read or changed (which only
+	// changes do, and the copies of Current and Roster), so that mu is
+	// held only briefly.
+	changeMu sync.Mutex
+
 	// mu guards the fields below.
-	mu      sync.Mutex
+	mu sync.Mutex
+	// current is the declaration in force. Its Roster is the Source's
+	// own: deltas change it in place, so it is never handed out (Current
+	// and Roster copy it; Head leaves the names out).
 	current *spec.Declaration
-	raw     []byte       // the document current was parsed from; nil for initial
-	origin  string       // where current came from: a path, or "push"
-	served  *spec.Roster // the roster the resolver serves (SetServed); nil: unknown
+	raw     []byte // the last whole document taken; nil for none (or the initial one)
+	rawGen  uint64 // its generation
+	origin  string // where current came from: a path, or "push"
+	seq     uint64 // declarations taken since New; the initial one is 0
+	served  served // the roster the resolver serves (SetServed)
+	// changes are the last declarations taken, oldest first: at most
+	// maxChanges, and (but for the last) maxChangeNames names changed.
+	changes     []Change
+	changeNames int
+	files       string // the last file of a watched directory offered
 }
+
+// Change is one declaration the Source took, as a change from the one
+// before it. Its deltas are never changed once recorded.
+type Change struct {
+	Seq        uint64 // 1 for the first declaration taken after New, and so on
+	Generation uint64 // the declaration's generation
+	// Roster is the declared roster's change from the declaration before
+	// (From 0 when there was none); Undo takes it back.
+	Roster, Undo *spec.RosterDelta
+	// Whole: the declaration came whole (Document holds it, until the next
+	// whole one); else as a delta.
+	Whole bool
+}
+
+// Bounds of the changes a Source keeps for its reader.
+const (
+	maxChanges     = 4096
+	maxChangeNames = 1 << 16
+)
 
 // Config is what a Source needs; the zero Config accepts any machine's
 // declarations.
@@ -78,7 +134,7 @@ func New(cfg Config) *Source {
 	}
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "meshhost_agent_declarations_refused_total",
-		Help: "Declarations refused (pushed or read from a file), by reason: invalid, too_large, other_machine, older_generation, generation_reused, roster_older, roster_generation_reused.",
+		Help: "Declarations refused (pushed, read from a file or put by a roster source), by reason: invalid, too_large, other_machine, older_generation, generation_reused, roster_older, roster_generation_reused, delta_base.",
 	}, []string{"reason"})
 	for _, r := range refusals { // every reason at 0 from the start
 		refused.WithLabelValues(string(r))
@@ -90,42 +146,163 @@ func New(cfg Config) *Source {
 		changed: make(chan struct{}, 1), refused: refused, current: initial}
 }
 
-// SetServed tells the Source which roster the resolver serves (the agent
-// calls it whenever that changes): a declaration whose roster is older, or
-// has its generation with other names, is refused (ErrConflict).
-func (s *Source) SetServed(r *spec.Roster) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.served = r
+// served is the roster the resolver serves, as SetServed told: its
+// generation, and how to read it (costly: only when a declaration carries
+// that generation and the declaration in force another).
+type served struct {
+	gen    uint64 // 0: unknown
+	roster func() *spec.Roster
 }
 
-// Current returns the declaration in force (nil before the first) and where
-// it came from.
+// SetServed tells the Source which roster generation the resolver serves,
+// and how to read that roster (the caller's: called rarely, and its result
+// only read); the agent calls it whenever that changes. A declaration whose
+// roster is older, or has its generation with other names, is refused
+// (ErrConflict). The Source keeps no names of it: the agent changes its
+// roster in place as deltas arrive.
+func (s *Source) SetServed(gen uint64, roster func() *spec.Roster) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.served = served{gen, roster}
+}
+
+// Current returns the declaration in force (nil before the first), whole,
+// and where it came from. Its roster is a copy, the caller's: this costs
+// the roster's size; a pass reads Head and ChangesSince instead.
 func (s *Source) Current() (*spec.Declaration, string) {
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.current, s.origin
+	cur, origin := s.current, s.origin
+	s.mu.Unlock()
+	if cur == nil {
+		return nil, origin
+	}
+	d := *cur
+	d.Roster = copyRoster(cur.Roster)
+	return &d, origin
 }
 
-// Document returns the bytes the declaration in force was parsed from, or
-// nil when it was not parsed here (the initial one).
-func (s *Source) Document() []byte {
+// Roster returns a copy of the roster in force (nil before the first
+// declaration), the caller's, and the last Change it includes: this costs
+// the roster's size.
+func (s *Source) Roster() (*spec.Roster, uint64) {
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	s.mu.Lock()
+	cur, seq := s.current, s.seq
+	s.mu.Unlock()
+	if cur == nil {
+		return nil, seq
+	}
+	return copyRoster(cur.Roster), seq
+}
+
+// Snapshot is Current with the last Change it includes instead of where it
+// came from.
+func (s *Source) Snapshot() (*spec.Declaration, uint64) {
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	s.mu.Lock()
+	cur, seq := s.current, s.seq
+	s.mu.Unlock()
+	if cur == nil {
+		return nil, seq
+	}
+	d := *cur
+	d.Roster = copyRoster(cur.Roster)
+	return &d, seq
+}
+
+func copyRoster(r *spec.Roster) *spec.Roster {
+	out := &spec.Roster{Generation: r.Generation, Zones: r.Zones, Names: make(map[string][]netip.Addr, len(r.Names))}
+	maps.Copy(out.Names, r.Names) // address lists are never changed in place
+	return out
+}
+
+// Head is the declaration in force without its roster's names: what a
+// pass reads every time, at no cost proportional to the roster.
+type Head struct {
+	// Declaration is the declaration in force; its Roster has the
+	// generation and zones of the roster, and no names (nil Names).
+	Declaration *spec.Declaration
+	Names       int    // the roster's names
+	Origin      string // where it came from: a path, or "push"
+	// Seq is the last Change it includes (0: the initial declaration).
+	Seq uint64
+}
+
+// Head returns the declaration in force without its roster's names, and
+// false before the first declaration.
+func (s *Source) Head() (Head, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.raw
+	if s.current == nil {
+		return Head{}, false
+	}
+	return Head{Declaration: headOf(s.current), Names: len(s.current.Roster.Names), Origin: s.origin, Seq: s.seq}, true
+}
+
+// headOf is d without its roster's names.
+func headOf(d *spec.Declaration) *spec.Declaration {
+	h := *d
+	h.Roster = &spec.Roster{Generation: d.Roster.Generation, Zones: d.Roster.Zones}
+	return &h
+}
+
+// ChangesSince returns the declarations taken after the change seq (0:
+// the initial declaration), oldest first, and false when the Source no
+// longer keeps them all (its reader then starts again from Roster).
+func (s *Source) ChangesSince(seq uint64) ([]Change, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case seq == s.seq:
+		return nil, true
+	case seq > s.seq || len(s.changes) == 0 || s.changes[0].Seq > seq+1:
+		return nil, false
+	}
+	return slices.Clone(s.changes[seq+1-s.changes[0].Seq:]), true
+}
+
+// Document returns the last whole document taken and its declaration
+// generation (nil when none was: the initial declaration). Deltas taken
+// after it are Changes.
+func (s *Source) Document() ([]byte, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw, s.rawGen
+}
+
+// recordLocked records a change and puts next in force.
+func (s *Source) recordLocked(next *spec.Declaration, origin string, c Change) {
+	syncs.AssertLocked(&s.mu)
+	s.seq++
+	c.Seq = s.seq
+	s.current, s.origin = next, origin
+	s.changes = append(s.changes, c)
+	s.changeNames += c.Roster.Len() + c.Undo.Len()
+	for len(s.changes) > 1 && (len(s.changes) > maxChanges || s.changeNames > maxChangeNames) {
+		s.changeNames -= s.changes[0].Roster.Len() + s.changes[0].Undo.Len()
+		s.changes[0] = Change{}
+		s.changes = s.changes[1:]
+	}
 }
 
 // Changed is signalled (coalesced) whenever a new declaration is in force.
 func (s *Source) Changed() <-chan struct{} { return s.changed }
 
-// Offer parses data and puts it in force if it is valid and newer. The same
-// declaration again (the generation in force, the same content) changes
-// nothing and is no fault. The error names every fault, and matches
-// ErrConflict (ErrStale too, for an older generation) when the declaration
-// contradicts what is in force: an older generation; the generation in
-// force with other content; a roster older than the one served (or in
-// force), or with its generation and other names. On error nothing
-// changes, and the refusal is counted by its Refusal.
+// Offer parses data, a whole declaration or a declaration delta, and puts
+// it in force if it is valid and newer. The same declaration again (the
+// generation in force, the same content) changes nothing and is no fault.
+// The error names every fault, and matches ErrConflict (ErrStale too, for
+// an older generation) when the declaration contradicts what is in force:
+// an older generation; the generation in force with other content; a
+// roster older than the one served (or in force), or with its generation
+// and other names. A delta that does not apply to the roster in force
+// matches ErrDeltaBase. On error nothing changes, and the refusal is
+// counted by its Refusal. It returns the declaration in force without its
+// roster's names (as Head).
 func (s *Source) Offer(data []byte, origin string) (*spec.Declaration, error) {
 	d, err := s.offer(data, origin)
 	if err != nil {
@@ -138,55 +315,188 @@ func (s *Source) offer(data []byte, origin string) (*spec.Declaration, error) {
 	if err := specjson.CheckSize(int64(len(data))); err != nil {
 		return nil, &refused{RefusedTooLarge, err}
 	}
+	if specjson.IsDeclarationDelta(data) {
+		return s.offerDelta(data, origin)
+	}
 	d, err := s.reader.ParseDeclaration(data)
 	if err != nil {
 		return nil, err
 	}
-	if s.machine != "" && d.Machine != s.machine {
-		return nil, &refused{RefusedOtherMachine, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; this agent runs %q", d.Machine, s.machine)}}
+	return s.take(d, data, origin)
+}
+
+// take puts d, parsed and valid, in force if it is newer and agrees with
+// what is in force (checkGenerations); data is its document (nil when it
+// came in parts: Put). d's roster becomes the Source's own.
+func (s *Source) take(d *spec.Declaration, data []byte, origin string) (*spec.Declaration, error) {
+	if err := s.checkMachine(d.Machine); err != nil {
+		return nil, err
 	}
-	for {
-		// Judged outside the lock (a roster of 100,000 names takes
-		// milliseconds to compare), then put in force only if nothing
-		// came into force meanwhile.
-		s.mu.Lock()
-		cur, raw, served := s.current, s.raw, s.served
-		s.mu.Unlock()
-		if cur != nil && d.Machine != cur.Machine {
-			return nil, &refused{RefusedOtherMachine, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; the declaration in force is for %q", d.Machine, cur.Machine)}}
-		}
-		if cur != nil && d.Generation == cur.Generation && raw != nil && bytes.Equal(data, raw) {
-			return cur, nil // the same push twice
-		}
-		same, err := checkGenerations(d, cur, served)
-		if err != nil {
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	s.mu.Lock()
+	cur, raw, rawGen, srv := s.current, s.raw, s.rawGen, s.served
+	s.mu.Unlock()
+	var from *spec.Roster
+	if cur != nil {
+		if err := checkMachineInForce(cur, d.Machine); err != nil {
 			return nil, err
 		}
-		if same {
-			return cur, nil
+		if data != nil && d.Generation == cur.Generation && rawGen == cur.Generation && bytes.Equal(data, raw) {
+			return headOf(cur), nil // the same push twice
 		}
-		s.mu.Lock()
-		if s.current != cur || s.served != served {
-			s.mu.Unlock()
-			continue
-		}
-		s.current, s.raw, s.origin = d, data, origin
-		s.mu.Unlock()
-		break
+		from = cur.Roster
 	}
+	// Judged under changeMu only (a roster of 100,000 names takes
+	// milliseconds to compare): Head does not wait for it.
+	same, err := checkGenerations(d, cur, srv)
+	if err != nil {
+		return nil, err
+	}
+	if same {
+		return headOf(cur), nil
+	}
+	// What changed: the cost of reading the roster once more.
+	delta, undo := spec.DiffRosters(from, d.Roster)
+	s.mu.Lock()
+	if data != nil {
+		s.raw, s.rawGen = data, d.Generation
+	}
+	s.recordLocked(d, origin, Change{Generation: d.Generation, Roster: delta, Undo: undo, Whole: data != nil})
+	s.mu.Unlock()
 	s.logger.Info("declaration accepted", "origin", origin, "machine", d.Machine, "declaration_generation", d.Generation,
-		"roster_generation", d.Roster.Generation, "containers", len(d.Containers), "mesh_names", d.MeshNames)
+		"roster_generation", d.Roster.Generation, "containers", len(d.Containers), "mesh_names", d.MeshNames,
+		"names_changed", delta.Len())
+	s.signal()
+	return headOf(d), nil
+}
+
+func (s *Source) signal() {
 	select {
 	case s.changed <- struct{}{}:
 	default:
 	}
-	return d, nil
+}
+
+// checkMachine refuses a declaration for another machine than the agent's.
+func (s *Source) checkMachine(machine string) error {
+	if s.machine != "" && machine != s.machine {
+		return &refused{RefusedOtherMachine, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; this agent runs %q", machine, s.machine)}}
+	}
+	return nil
+}
+
+// checkMachineInForce refuses a declaration for another machine than
+// cur's.
+func checkMachineInForce(cur *spec.Declaration, machine string) error {
+	if machine != cur.Machine {
+		return &refused{RefusedOtherMachine, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; the declaration in force is for %q", machine, cur.Machine)}}
+	}
+	return nil
+}
+
+// offerDelta puts a declaration delta in force: the declaration in force,
+// with the next generation and its roster changed in place. It costs what
+// the delta changes.
+func (s *Source) offerDelta(data []byte, origin string) (*spec.Declaration, error) {
+	dd, err := specjson.ParseDeclarationDelta(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkMachine(dd.Machine); err != nil {
+		return nil, err
+	}
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	s.mu.Lock()
+	cur := s.current
+	s.mu.Unlock()
+	if cur == nil {
+		return nil, &refused{RefusedDeltaBase, fmt.Errorf("generation %d: no declaration is in force to apply a roster delta to; send the whole declaration: %w", dd.Generation, ErrDeltaBase)}
+	}
+	if err := checkMachineInForce(cur, dd.Machine); err != nil {
+		return nil, err
+	}
+	rd := dd.Roster
+	switch {
+	case dd.Generation < cur.Generation:
+		return nil, olderThan(dd.Generation, cur.Generation)
+	case dd.Generation == cur.Generation:
+		if rd.To == cur.Roster.Generation {
+			return headOf(cur), nil // the same push twice is not a fault
+		}
+		return nil, &ConflictError{Refusal: RefusedGenerationReused, Faults: []*spec.FieldError{{
+			Path:   "generation",
+			Reason: fmt.Sprintf("%d is in force with roster generation %d, not %d; a changed declaration needs a newer generation", dd.Generation, cur.Roster.Generation, rd.To),
+		}}}
+	case rd.From != cur.Roster.Generation:
+		return nil, &deltaBaseError{from: rd.From, inForce: cur.Roster.Generation}
+	}
+	s.mu.Lock()
+	srv := s.served
+	s.mu.Unlock()
+	if srv.gen != 0 && rd.To <= srv.gen && srv.gen != cur.Roster.Generation {
+		// The resolver serves a newer roster than the declaration in force
+		// (an agent started on an older saved declaration): a delta from
+		// the older one cannot be judged against it by its names.
+		return nil, &ConflictError{Refusal: RefusedRosterOlder, Faults: []*spec.FieldError{{
+			Path:   "roster_delta.to",
+			Reason: fmt.Sprintf("%d is not newer than roster generation %d, served; rosters never go back: send the whole declaration", rd.To, srv.gen),
+		}}}
+	}
+	var faults []error
+	for i, name := range rd.Remove {
+		if _, ok := cur.Roster.Names[name]; !ok {
+			faults = append(faults, &spec.FieldError{Path: fmt.Sprintf("roster_delta.remove[%d]", i),
+				Reason: fmt.Sprintf("%q is not in roster generation %d", name, cur.Roster.Generation)})
+		}
+	}
+	if len(faults) > 0 {
+		return nil, errors.Join(faults...)
+	}
+	next := *cur
+	next.Generation = dd.Generation
+	undo, err := next.Roster.Apply(rd) // in place: the roster is the Source's own
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.recordLocked(&next, origin, Change{Generation: dd.Generation, Roster: rd, Undo: undo})
+	s.mu.Unlock()
+	s.logger.Info("declaration delta accepted", "origin", origin, "machine", dd.Machine, "declaration_generation", dd.Generation,
+		"roster_generation", rd.To, "set", len(rd.Set), "removed", len(rd.Remove))
+	s.signal()
+	return headOf(&next), nil
+}
+
+// deltaBaseError is a roster delta from another generation than the
+// roster in force.
+type deltaBaseError struct{ from, inForce uint64 }
+
+func (e *deltaBaseError) Error() string {
+	return fmt.Sprintf("roster_delta.from: %d, but the roster in force is generation %d; send the whole declaration, or a delta from %d", e.from, e.inForce, e.inForce)
+}
+
+func (e *deltaBaseError) Unwrap() error { return ErrDeltaBase }
+
+// ReadPath reads the declaration at path (a file, or a directory of
+// declaration files) now, as WatchPath does on a change: on SIGHUP, say.
+func (s *Source) ReadPath(path string) {
+	info, err := os.Stat(path)
+	if err != nil {
+		s.logger.Error("declaration path unreachable; the declaration in force stays", "path", path, "err", err)
+		return
+	}
+	s.readPath(path, info.IsDir())
 }
 
 // WatchPath reads the declaration at path, a file or a directory, and again
-// whenever it changes, until ctx ends. In a directory the last *.json file by
-// name is the declaration (so a controller can write gen-000042.json). A
-// faulty or stale file is logged and ignored; the previous declaration stays.
+// whenever it changes, until ctx ends. In a directory the *.json files are
+// read in name order (so a controller writes gen-000042.json, then
+// gen-000043.json), each once: a whole declaration, or a declaration delta
+// that applies to the one before. At the start, reading begins at the
+// newest whole declaration. A faulty or stale file is logged and ignored;
+// the previous declaration stays.
 func (s *Source) WatchPath(ctx context.Context, path string) error {
 	info, err := os.Stat(path)
 	if err != nil {
@@ -213,38 +523,54 @@ func (s *Source) WatchPath(ctx context.Context, path string) error {
 	return nil
 }
 
-// ReadPath reads the declaration at path (a file, or a directory whose
-// last *.json file is the declaration) now, as WatchPath does on a change:
-// on SIGHUP, say.
-func (s *Source) ReadPath(path string) {
-	info, err := os.Stat(path)
-	if err != nil {
-		s.logger.Error("declaration path unreachable; the declaration in force stays", "path", path, "err", err)
+func (s *Source) readPath(path string, isDir bool) {
+	if !isDir {
+		s.offerFile(path)
 		return
 	}
-	s.readPath(path, info.IsDir())
-}
-
-func (s *Source) readPath(path string, isDir bool) {
-	file := path
-	if isDir {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			s.logger.Error("reading declaration directory", "path", path, "err", err)
-			return
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		s.logger.Error("reading declaration directory", "path", path, "err", err)
+		return
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".") {
+			names = append(names, e.Name())
 		}
-		var names []string
-		for _, e := range entries {
-			if !e.IsDir() && strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".") {
-				names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	s.mu.Lock()
+	last := s.files
+	s.mu.Unlock()
+	// The last file offered (again: it may have been rewritten; the same
+	// generation again changes nothing) and those after it, in name
+	// order: deltas apply one after the other. The first time, from the
+	// newest whole declaration on (older files are older declarations).
+	pending := names[sort.SearchStrings(names, last):]
+	if len(pending) == 0 {
+		return
+	}
+	if last == "" {
+		start := 0
+		for i := len(pending) - 1; i >= 0; i-- {
+			data, err := os.ReadFile(filepath.Join(path, pending[i]))
+			if err == nil && !specjson.IsDeclarationDelta(data) {
+				start = i
+				break
 			}
 		}
-		if len(names) == 0 {
-			return
-		}
-		slices.Sort(names)
-		file = filepath.Join(path, names[len(names)-1])
+		pending = pending[start:]
 	}
+	for _, name := range pending {
+		s.offerFile(filepath.Join(path, name))
+		s.mu.Lock()
+		s.files = name
+		s.mu.Unlock()
+	}
+}
+
+func (s *Source) offerFile(file string) {
 	if fi, err := os.Stat(file); err == nil {
 		if err := specjson.CheckSize(fi.Size()); err != nil { // refused before it is read
 			s.refused.WithLabelValues(string(RefusedTooLarge)).Inc()

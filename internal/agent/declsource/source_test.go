@@ -3,11 +3,14 @@ package declsource
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +142,170 @@ func TestListenRefusesNonLoopback(t *testing.T) {
 	defer l.Close()
 	if fi, _ := os.Stat(sock); fi.Mode().Perm() != 0o600 {
 		t.Errorf("socket mode = %v, want 0600", fi.Mode().Perm())
+	}
+}
+
+func deltaDoc(gen, from, to int, set string, remove ...string) string {
+	rm := ""
+	for i, n := range remove {
+		if i > 0 {
+			rm += ", "
+		}
+		rm += fmt.Sprintf("%q", n)
+	}
+	return fmt.Sprintf(`{"schema": 1, "machine": "ace", "generation": %d,
+	  "roster_delta": {"from": %d, "generation": %d, "set": {%s}, "remove": [%s]}}`, gen, from, to, set, rm)
+}
+
+// TestOfferDelta: a declaration delta changes the roster in force in place
+// (its containers stay); it applies only on top of the roster generation
+// it names, and the same push twice is no fault; the Changes record each
+// declaration as a roster delta with its undo.
+func TestOfferDelta(t *testing.T) {
+	s := New(Config{Machine: "ace"})
+	if _, err := s.Offer([]byte(doc(2, "busybox")), "test"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Offer([]byte(deltaDoc(3, 1, 2, `"b.internal": ["10.0.0.2"], "a.internal": ["10.0.0.9"]`)), "push")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Generation != 3 || d.Roster.Generation != 2 || d.Roster.Names != nil {
+		t.Errorf("Offer(delta) = generation %d roster %d names %v; want 3, 2, and no names (a head)", d.Generation, d.Roster.Generation, d.Roster.Names)
+	}
+	if _, err := s.Offer([]byte(deltaDoc(3, 1, 2, `"b.internal": ["10.0.0.2"], "a.internal": ["10.0.0.9"]`)), "push"); err != nil {
+		t.Errorf("the same delta twice: %v, want no fault", err)
+	}
+	if _, err := s.Offer([]byte(deltaDoc(4, 2, 3, ``, "a.internal")), "push"); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := s.Current()
+	if cur.Generation != 4 || cur.Roster.Generation != 3 || len(cur.Roster.Names) != 1 || cur.Roster.Names["b.internal"] == nil || cur.Containers[0].Image != "busybox" {
+		t.Errorf("Current = %d, roster %d %v, containers %v", cur.Generation, cur.Roster.Generation, cur.Roster.Names, cur.Containers)
+	}
+	for _, tc := range []struct {
+		doc    string
+		is     error
+		reason string
+	}{
+		{deltaDoc(5, 2, 4, `"c.internal": ["10.0.0.3"]`), ErrDeltaBase, "roster_delta.from: 2, but the roster in force is generation 3"},
+		{deltaDoc(4, 3, 4, `"c.internal": ["10.0.0.3"]`), ErrConflict, "generation: 4 is in force with roster generation 3, not 4"},
+		{deltaDoc(2, 3, 4, `"c.internal": ["10.0.0.3"]`), ErrStale, "generation: 2 is older than generation 4, which is in force"},
+		{deltaDoc(5, 3, 4, ``, "a.internal"), nil, `roster_delta.remove[0]: "a.internal" is not in roster generation 3`},
+		{strings.Replace(deltaDoc(5, 3, 4, ``), `"ace"`, `"bob"`, 1), nil, `machine: "bob" is another machine`},
+	} {
+		_, err := s.Offer([]byte(tc.doc), "push")
+		if err == nil || tc.is != nil && !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.reason) {
+			t.Errorf("Offer(%s) = %v, want %v saying %q", tc.doc, err, tc.is, tc.reason)
+		}
+	}
+	changes, ok := s.ChangesSince(0)
+	if !ok || len(changes) != 3 {
+		t.Fatalf("ChangesSince(0) = %d changes, %v; want 3", len(changes), ok)
+	}
+	if c := changes[1]; c.Whole || c.Generation != 3 || c.Roster.From != 1 || c.Roster.To != 2 || c.Undo.Set["a.internal"] == nil || !slices.Equal(c.Undo.Remove, []string{"b.internal"}) {
+		t.Errorf("the first delta's change = %+v, roster %+v, undo %+v", c, c.Roster, c.Undo)
+	}
+	if c := changes[0]; !c.Whole || c.Roster.From != 0 || len(c.Roster.Set) != 1 {
+		t.Errorf("the whole declaration's change = %+v, roster %+v", c, c.Roster)
+	}
+	if later, ok := s.ChangesSince(2); !ok || len(later) != 1 || later[0].Seq != 3 {
+		t.Errorf("ChangesSince(2) = %+v, %v", later, ok)
+	}
+	if _, ok := s.ChangesSince(9); ok {
+		t.Error("ChangesSince a change to come: ok")
+	}
+}
+
+// TestOfferWholeRecordsItsChange: a whole declaration is recorded as what
+// changed from the one before: one name, not the roster.
+func TestOfferWholeRecordsItsChange(t *testing.T) {
+	s := New(Config{})
+	if _, err := s.Offer([]byte(doc(1, "busybox")), "test"); err != nil {
+		t.Fatal(err)
+	}
+	next := strings.Replace(doc(2, "busybox"), `"generation": 1, "names": {"a.internal": ["10.0.0.1"]}`, `"generation": 2, "names": {"a.internal": ["10.0.0.1"], "b.internal": ["10.0.0.2"]}`, 1)
+	if _, err := s.Offer([]byte(next), "test"); err != nil {
+		t.Fatal(err)
+	}
+	changes, _ := s.ChangesSince(1)
+	if len(changes) != 1 || !changes[0].Whole || len(changes[0].Roster.Set) != 1 || changes[0].Roster.Set["b.internal"] == nil || changes[0].Roster.From != 1 {
+		t.Errorf("the change of a whole declaration adding one name = %+v, roster %+v", changes, changes[0].Roster)
+	}
+	if data, gen := s.Document(); gen != 2 || string(data) != next {
+		t.Errorf("Document = generation %d, %d bytes; want the whole declaration 2", gen, len(data))
+	}
+}
+
+// TestHandlerDelta: a pushed delta answers 200 with the roster generation
+// in force; one from another roster generation 409 with the reason.
+func TestHandlerDelta(t *testing.T) {
+	s := New(Config{})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	put := func(body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/declaration", strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := put(deltaDoc(1, 0, 1, `"a.internal": ["10.0.0.1"]`)); code != http.StatusConflict || !strings.Contains(body, "no declaration is in force") {
+		t.Errorf("PUT delta before any declaration = %d %s, want 409 saying why", code, body)
+	}
+	put(doc(5, "busybox"))
+	if code, body := put(deltaDoc(6, 1, 2, `"b.internal": ["10.0.0.2"]`)); code != http.StatusOK || !strings.Contains(body, `"roster_generation":2`) {
+		t.Errorf("PUT delta = %d %s, want 200 with roster generation 2", code, body)
+	}
+	if code, body := put(deltaDoc(7, 1, 3, `"c.internal": ["10.0.0.3"]`)); code != http.StatusConflict || !strings.Contains(body, "the roster in force is generation 2") {
+		t.Errorf("PUT delta from roster 1 over 2 = %d %s, want 409 saying the roster in force", code, body)
+	}
+	if code, body := put(deltaDoc(7, 2, 3, `"c..internal": ["10.0.0.3"]`)); code != http.StatusBadRequest || !strings.Contains(body, `roster_delta.set[\"c..internal\"]`) {
+		t.Errorf("PUT faulty delta = %d %s, want 400 naming the path", code, body)
+	}
+}
+
+// TestWatchDirDeltas: in a directory each file is read once, in name
+// order, whole declarations and deltas alike; a restarted watcher starts
+// at the newest whole declaration.
+func TestWatchDirDeltas(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		tmp := filepath.Join(dir, ".tmp")
+		os.WriteFile(tmp, []byte(content), 0o644)
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("gen-000001.json", doc(1, "a"))
+	write("gen-000002.json", deltaDoc(2, 1, 2, `"b.internal": ["10.0.0.2"]`))
+	s := New(Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.WatchPath(ctx, dir) }()
+	waitFor(t, s, 2)
+	write("gen-000003.json", deltaDoc(3, 2, 3, `"c.internal": ["10.0.0.3"]`))
+	write("gen-000004.json", deltaDoc(4, 3, 4, `"d.internal": ["10.0.0.4"]`))
+	waitFor(t, s, 4)
+	cancel()
+	<-done
+	r, _ := s.Roster()
+	if r.Generation != 4 || len(r.Names) != 4 {
+		t.Errorf("roster %d with %v, want 4 with a, b, c, d", r.Generation, r.Names)
+	}
+
+	// A new watcher (a restart) begins at the newest whole declaration.
+	write("gen-000005.json", strings.Replace(doc(5, "e"), `"roster": {"generation": 1`, `"roster": {"generation": 5`, 1))
+	write("gen-000006.json", deltaDoc(6, 5, 6, `"f.internal": ["10.0.0.6"]`))
+	s2 := New(Config{})
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go s2.WatchPath(ctx, dir)
+	waitFor(t, s2, 6)
+	if r, _ := s2.Roster(); r.Generation != 6 || len(r.Names) != 2 {
+		t.Errorf("a restarted watcher: roster %d with %v, want 6 with a and f", r.Generation, r.Names)
 	}
 }

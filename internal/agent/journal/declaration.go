@@ -22,10 +22,13 @@ type DeclarationEntry struct {
 	// RosterDiff is the roster's change from the declaration recorded
 	// before this one.
 	RosterDiff Diff `json:"roster_diff"`
-	// Declaration is the whole declaration, in the format
-	// specjson.ParseDeclaration reads: values of env and labels included,
-	// which is why the journal's files are the owner's alone (0600, in
-	// directories of mode 0700). Summary leaves it out.
+	// Declaration is the declaration, in the format
+	// specjson.ParseDeclaration reads: whole in version 1 entries; from
+	// version 2 on without its roster's names (the roster's history is
+	// the chain of RosterDiff), so that it costs the containers, not the
+	// roster. It holds values of env and labels, which is why the
+	// journal's files are the owner's alone (0600, in directories of mode
+	// 0700). Summary leaves it out.
 	Declaration json.RawMessage `json:"declaration,omitempty"`
 }
 
@@ -37,20 +40,20 @@ func (e DeclarationEntry) Summary() DeclarationEntry {
 	return e
 }
 
-// RecordDeclaration records d as applied at time at, with its roster's
-// change from the last declaration recorded. Recording the generation last
-// recorded again does nothing and returns that entry; an older generation
-// is refused, since generations never go backwards.
-func (j *Journal) RecordDeclaration(d *spec.Declaration, at time.Time) (DeclarationEntry, error) {
+// RecordDeclaration records d (its roster's names are not read) as applied
+// at time at, with diff, its roster's change from the declaration recorded
+// last (Diff.Unknown when the caller could not tell). It costs what
+// changed, not the roster. Recording the generation last recorded again
+// does nothing and returns that entry; an older generation is refused,
+// since generations never go backwards.
+func (j *Journal) RecordDeclaration(d *spec.Declaration, diff Diff, at time.Time) (DeclarationEntry, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	gens, err := j.keys(declarationsDir)
+	last, any, err := j.lastLocked(declarationsDir)
 	if err != nil {
 		return DeclarationEntry{}, err
 	}
-	var prev *spec.Roster
-	if len(gens) > 0 {
-		last := gens[len(gens)-1]
+	if any {
 		switch {
 		case d.Generation == last:
 			var e DeclarationEntry
@@ -59,25 +62,45 @@ func (j *Journal) RecordDeclaration(d *spec.Declaration, at time.Time) (Declarat
 		case d.Generation < last:
 			return DeclarationEntry{}, fmt.Errorf("recording declaration %d: the journal already holds %d: %w", d.Generation, last, ErrOlderGeneration)
 		}
-		pd, err := j.declaration(last)
-		if err != nil {
-			return DeclarationEntry{}, err
-		}
-		prev = pd.Roster
 	}
-	raw, err := json.Marshal(d)
+	doc := *d
+	if d.Roster != nil {
+		r := *d.Roster
+		r.Names = nil // the roster's history is RosterDiff's chain
+		doc.Roster = &r
+	}
+	raw, err := json.Marshal(&doc)
 	if err != nil {
 		return DeclarationEntry{}, fmt.Errorf("recording declaration %d: %w", d.Generation, err)
 	}
 	e := DeclarationEntry{
 		Version: Version, Time: at.UTC(), Machine: d.Machine, Generation: d.Generation,
-		MeshNames: string(d.MeshNames), Containers: len(d.Containers),
-		RosterDiff: RosterDiff(prev, d.Roster), Declaration: raw,
+		MeshNames: string(d.MeshNames), Containers: len(d.Containers), RosterDiff: diff,
+		Declaration: raw,
 	}
 	if d.Roster != nil {
 		e.RosterGeneration = d.Roster.Generation
 	}
 	return e, j.writeLocked(declarationsDir, d.Generation, e)
+}
+
+// Declaration returns the declaration of generation gen, as recorded: its
+// containers and migration flag, and its roster's generation and zones;
+// the roster's names only from an entry of version 1 (meshhost rollback
+// re-issues the containers with the roster in force).
+func (j *Journal) Declaration(gen uint64) (*spec.Declaration, error) {
+	var e DeclarationEntry
+	if err := j.read(declarationsDir, gen, &e); err != nil {
+		return nil, fmt.Errorf("declaration %d: %w", gen, err)
+	}
+	if len(e.Declaration) == 0 {
+		return nil, fmt.Errorf("declaration %d: the journal holds its summary only", gen)
+	}
+	d, err := specjson.ParseDeclaration(e.Declaration)
+	if err != nil {
+		return nil, fmt.Errorf("declaration %d in the journal: %w", gen, err)
+	}
+	return d, nil
 }
 
 // Declarations returns every declaration entry held, oldest first.
@@ -97,39 +120,52 @@ func (j *Journal) Declarations() ([]DeclarationEntry, error) {
 	return out, nil
 }
 
-// Declaration returns the declaration of generation gen.
-func (j *Journal) Declaration(gen uint64) (*spec.Declaration, error) {
-	return j.declaration(gen)
-}
-
-func (j *Journal) declaration(gen uint64) (*spec.Declaration, error) {
-	var e DeclarationEntry
-	if err := j.read(declarationsDir, gen, &e); err != nil {
-		return nil, fmt.Errorf("declaration %d: %w", gen, err)
-	}
-	d, err := specjson.ParseDeclaration(e.Declaration)
-	if err != nil {
-		return nil, fmt.Errorf("declaration %d in the journal: %w", gen, err)
-	}
-	return d, nil
-}
-
-// Roster returns the roster of generation gen (a roster generation, as
-// `meshhost roster diff A B` names them), from the newest declaration that
-// carried it.
-func (j *Journal) Roster(gen uint64) (*spec.Roster, error) {
+// RosterDiff returns what changed from roster generation a to roster
+// generation b (as `meshhost roster diff A B` names them), by composing
+// the diffs the journal holds between them: it costs the names that
+// changed, not the rosters. Either generation must be one a declaration
+// entry held carried, or the one the oldest entry's diff starts from;
+// a later than b gives the change back from a to b.
+func (j *Journal) RosterDiff(a, b uint64) (Diff, error) {
 	decls, err := j.Declarations()
 	if err != nil {
-		return nil, err
+		return Diff{}, err
 	}
-	for _, e := range slices.Backward(decls) {
-		if e.RosterGeneration == gen {
-			d, err := j.declaration(e.Generation)
-			if err != nil {
-				return nil, err
+	// pos is where a roster generation is in the chain: after entry i
+	// (the newest one carrying it), or -1 before the first.
+	pos := func(gen uint64) (int, error) {
+		for i, e := range slices.Backward(decls) {
+			if e.RosterGeneration == gen {
+				return i, nil
 			}
-			return d.Roster, nil
+		}
+		if len(decls) > 0 && decls[0].RosterDiff.From == gen && !decls[0].RosterDiff.Unknown {
+			return -1, nil
+		}
+		return 0, fmt.Errorf("roster %d: %w", gen, ErrNotFound)
+	}
+	pa, err := pos(a)
+	if err != nil {
+		return Diff{}, err
+	}
+	pb, err := pos(b)
+	if err != nil {
+		return Diff{}, err
+	}
+	lo, hi := min(pa, pb), max(pa, pb)
+	d := Diff{From: a, To: a}
+	if lo != hi {
+		d = Diff{From: decls[lo+1].RosterDiff.From, To: decls[lo+1].RosterDiff.From}
+		for _, e := range decls[lo+1 : hi+1] {
+			if e.RosterDiff.Unknown {
+				return Diff{}, fmt.Errorf("roster %d to %d: the change to roster %d was not recorded: %w", a, b, e.RosterGeneration, ErrNotFound)
+			}
+			d = d.Then(e.RosterDiff)
 		}
 	}
-	return nil, fmt.Errorf("roster %d: %w", gen, ErrNotFound)
+	if pa > pb {
+		d = d.Reverse()
+	}
+	d.From, d.To = a, b
+	return d, nil
 }

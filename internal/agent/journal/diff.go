@@ -2,6 +2,7 @@ package journal
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -17,6 +18,9 @@ type Diff struct {
 	Added   []Name `json:"added,omitempty"`
 	Removed []Name `json:"removed,omitempty"`
 	Moved   []Move `json:"moved,omitempty"`
+	// Unknown: what changed was not known when it was recorded (the
+	// agent had lost track of the declarations in between).
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // Name is a roster name and its addresses.
@@ -56,6 +60,78 @@ func RosterDiff(a, b *spec.Roster) Diff {
 		}
 	}
 	return d
+}
+
+// DiffOf returns the diff a roster delta makes, from the delta and its
+// undo (spec.Roster.Apply's, or spec.DiffRosters'), which holds the
+// addresses the names it moved or removed had: in time proportional to the
+// delta.
+func DiffOf(delta, undo *spec.RosterDelta) Diff {
+	d := Diff{From: delta.From, To: delta.To}
+	for _, n := range slices.Sorted(maps.Keys(delta.Set)) {
+		old, had := undo.Set[n]
+		switch {
+		case !had:
+			d.Added = append(d.Added, Name{n, delta.Set[n]})
+		case !slices.Equal(old, delta.Set[n]):
+			d.Moved = append(d.Moved, Move{n, old, delta.Set[n]})
+		}
+	}
+	for _, n := range delta.Remove { // sorted
+		if old, had := undo.Set[n]; had {
+			d.Removed = append(d.Removed, Name{n, old})
+		}
+	}
+	return d
+}
+
+// Then returns the diff of d followed by e (e.From must be d.To), in time
+// proportional to both: each name's addresses before d and after e.
+func (d Diff) Then(e Diff) Diff {
+	type state struct {
+		addrs   []netip.Addr
+		present bool
+	}
+	before, after := map[string]state{}, map[string]state{}
+	note := func(n string, old state, new state) {
+		if _, seen := before[n]; !seen {
+			before[n] = old
+		}
+		after[n] = new
+	}
+	for _, x := range []Diff{d, e} {
+		for _, a := range x.Added {
+			note(a.Name, state{}, state{a.Addrs, true})
+		}
+		for _, r := range x.Removed {
+			note(r.Name, state{r.Addrs, true}, state{})
+		}
+		for _, m := range x.Moved {
+			note(m.Name, state{m.Old, true}, state{m.New, true})
+		}
+	}
+	out := Diff{From: d.From, To: e.To}
+	for _, n := range slices.Sorted(maps.Keys(before)) {
+		b, a := before[n], after[n]
+		switch {
+		case !b.present && a.present:
+			out.Added = append(out.Added, Name{n, a.addrs})
+		case b.present && !a.present:
+			out.Removed = append(out.Removed, Name{n, b.addrs})
+		case b.present && a.present && !slices.Equal(b.addrs, a.addrs):
+			out.Moved = append(out.Moved, Move{n, b.addrs, a.addrs})
+		}
+	}
+	return out
+}
+
+// Reverse returns the diff that takes d back.
+func (d Diff) Reverse() Diff {
+	out := Diff{From: d.To, To: d.From, Added: d.Removed, Removed: d.Added, Unknown: d.Unknown}
+	for _, m := range d.Moved {
+		out.Moved = append(out.Moved, Move{m.Name, m.New, m.Old})
+	}
+	return out
 }
 
 // Empty reports whether nothing changed.

@@ -23,14 +23,19 @@ import (
 // History:
 //
 //	1: first version: declarations/ and passes/, one JSON file per entry.
-const Version = 1
+//	2: a declaration entry holds its roster's diff alone, no longer the
+//	   whole declaration (a roster of 100,000 names made each 5 MB);
+//	   roster_diff may say the change was not known ("unknown").
+//	   Version 1 entries are read as they are.
+const Version = 2
 
 // DefaultKeep is how many entries of each kind a journal keeps.
 const DefaultKeep = 200
 
-// DefaultMaxBytes bounds the bytes of each kind of entry: a declaration
-// carries its whole roster (about 5 MB at 100,000 names), so 200 of them
-// could take a gigabyte. The newest entry is always kept.
+// DefaultMaxBytes bounds the bytes of each kind of entry: a version 1
+// declaration entry carried its whole roster (about 5 MB at 100,000
+// names), and a roster that changes whole still has a diff that size, so
+// 200 of them could take a gigabyte. The newest entry is always kept.
 const DefaultMaxBytes = 256 << 20
 
 // ErrNotFound is returned for a generation the journal does not hold (never
@@ -58,9 +63,20 @@ type Journal struct {
 	keep     int
 	maxBytes int64
 
-	// mu guards writes and nextSeq.
+	// mu guards writes and the fields below.
 	mu      sync.Mutex
 	nextSeq uint64
+	// held is, per kind, the entries on disk and their sizes, in key
+	// order, read once at the first write and kept since: a write costs
+	// its entry, not a listing of the journal.
+	held map[string]*held
+}
+
+// held is the entries of one kind.
+type held struct {
+	keys  []uint64
+	sizes []int64
+	total int64
 }
 
 const (
@@ -140,29 +156,69 @@ func (j *Journal) writeLocked(sub string, key uint64, v any) error {
 	if err != nil {
 		return fmt.Errorf("encoding journal entry: %w", err)
 	}
-	if err := writeFileAtomic(j.path(sub, key), data); err != nil {
-		return fmt.Errorf("writing journal entry: %w", err)
-	}
-	keys, err := j.keys(sub)
+	h, err := j.heldLocked(sub)
 	if err != nil {
 		return err
 	}
-	sizes := make([]int64, len(keys))
-	var total int64
-	for i, k := range keys {
-		if fi, err := os.Stat(j.path(sub, k)); err == nil {
-			sizes[i] = fi.Size()
-			total += sizes[i]
-		}
+	if err := writeFileAtomic(j.path(sub, key), data); err != nil {
+		return fmt.Errorf("writing journal entry: %w", err)
 	}
-	for len(keys) > 1 && (len(keys) > j.keep || total > j.maxBytes) {
-		if err := os.Remove(j.path(sub, keys[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
+	h.add(key, int64(len(data)))
+	for len(h.keys) > 1 && (len(h.keys) > j.keep || h.total > j.maxBytes) {
+		if err := os.Remove(j.path(sub, h.keys[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("pruning journal: %w", err)
 		}
-		total -= sizes[0]
-		keys, sizes = keys[1:], sizes[1:]
+		h.total -= h.sizes[0]
+		h.keys, h.sizes = h.keys[1:], h.sizes[1:]
 	}
 	return nil
+}
+
+// heldLocked returns the entries of sub, listing the directory the first
+// time.
+func (j *Journal) heldLocked(sub string) (*held, error) {
+	syncs.AssertLocked(&j.mu)
+	if h := j.held[sub]; h != nil {
+		return h, nil
+	}
+	keys, err := j.keys(sub)
+	if err != nil {
+		return nil, err
+	}
+	h := &held{}
+	for _, k := range keys {
+		if fi, err := os.Stat(j.path(sub, k)); err == nil {
+			h.add(k, fi.Size())
+		}
+	}
+	if j.held == nil {
+		j.held = map[string]*held{}
+	}
+	j.held[sub] = h
+	return h, nil
+}
+
+// add records entry key of size bytes (written anew: it replaces one of
+// that key).
+func (h *held) add(key uint64, size int64) {
+	i, found := slices.BinarySearch(h.keys, key)
+	if found {
+		h.total += size - h.sizes[i]
+		h.sizes[i] = size
+		return
+	}
+	h.keys = slices.Insert(h.keys, i, key)
+	h.sizes = slices.Insert(h.sizes, i, size)
+	h.total += size
+}
+
+// lastLocked returns the newest key of sub, and false for none.
+func (j *Journal) lastLocked(sub string) (uint64, bool, error) {
+	h, err := j.heldLocked(sub)
+	if err != nil || len(h.keys) == 0 {
+		return 0, false, err
+	}
+	return h.keys[len(h.keys)-1], true, nil
 }
 
 func (j *Journal) read(sub string, key uint64, v any) error {
@@ -197,7 +253,10 @@ func (e Entry) String() string {
 	ts := e.Time.UTC().Format(time.RFC3339)
 	if d := e.Declaration; d != nil {
 		s := fmt.Sprintf("%s declaration %d: roster %d, %d containers, mesh_names %s", ts, d.Generation, d.RosterGeneration, d.Containers, d.MeshNames)
-		if !d.RosterDiff.Empty() {
+		switch {
+		case d.RosterDiff.Unknown:
+			s += "; names changed (not recorded)"
+		case !d.RosterDiff.Empty():
 			s += fmt.Sprintf("; names +%d -%d ~%d", len(d.RosterDiff.Added), len(d.RosterDiff.Removed), len(d.RosterDiff.Moved))
 		}
 		return s

@@ -3,6 +3,8 @@ package journal_test
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 	"time"
@@ -70,12 +72,15 @@ func TestJournal(t *testing.T) {
 	}
 	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	names := map[string][]netip.Addr{"gitea.novox.internal": addrs("10.89.0.7")}
+	var prev *spec.Roster
 	for gen := uint64(1); gen <= 5; gen++ {
 		n := map[string][]netip.Addr{"gitea.novox.internal": addrs("10.89.0.7")}
 		if gen >= 4 {
 			n["searxng.zurag.be"] = addrs("100.64.0.9")
 		}
-		e, err := j.RecordDeclaration(declaration(gen, gen+10, n), at.Add(time.Duration(gen)*time.Minute))
+		d := declaration(gen, gen+10, n)
+		e, err := j.RecordDeclaration(d, journal.RosterDiff(prev, d.Roster), at.Add(time.Duration(gen)*time.Minute))
+		prev = d.Roster
 		if err != nil {
 			t.Fatalf("RecordDeclaration(%d): %v", gen, err)
 		}
@@ -87,7 +92,7 @@ func TestJournal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := j.RecordDeclaration(declaration(2, 12, names), at); !errors.Is(err, journal.ErrOlderGeneration) {
+	if _, err := j.RecordDeclaration(declaration(2, 12, names), journal.Diff{}, at); !errors.Is(err, journal.ErrOlderGeneration) {
 		t.Errorf("recording an older generation: %v, want ErrOlderGeneration", err)
 	}
 
@@ -113,22 +118,61 @@ func TestJournal(t *testing.T) {
 		t.Errorf("last pass seq = %d, want 5", p.Seq)
 	}
 
-	r3, err := j.Roster(13)
+	if d, err := j.RosterDiff(13, 15); err != nil || len(d.Added) != 1 || d.Added[0].Name != "searxng.zurag.be" || d.From != 13 || d.To != 15 {
+		t.Errorf("roster diff 13 15 = %v, %v", d, err)
+	}
+	if d, err := j.RosterDiff(15, 13); err != nil || len(d.Removed) != 1 || d.Removed[0].Name != "searxng.zurag.be" {
+		t.Errorf("roster diff 15 13 = %v, %v", d, err)
+	}
+	if d, err := j.RosterDiff(12, 14); err != nil || len(d.Added) != 1 {
+		t.Errorf("roster diff 12 14 (12: where the oldest entry kept starts from) = %v, %v", d, err)
+	}
+	if _, err := j.RosterDiff(11, 15); !errors.Is(err, journal.ErrNotFound) {
+		t.Errorf("roster diff from a pruned generation: %v, want ErrNotFound", err)
+	}
+}
+
+// TestRosterDiffComposes: the journal's roster diff between any two
+// generations it holds is the diff of the two rosters, however many
+// entries (each a small diff) lie between them, and whichever way round.
+func TestRosterDiffComposes(t *testing.T) {
+	j, err := journal.Open(t.TempDir(), journal.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r5, err := j.Roster(15)
-	if err != nil {
-		t.Fatal(err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var rosters []*spec.Roster
+	var prev *spec.Roster
+	for gen := uint64(1); gen <= 30; gen++ {
+		n := map[string][]netip.Addr{}
+		if prev != nil {
+			maps.Copy(n, prev.Names)
+		}
+		for range 1 + rng.IntN(4) {
+			name := fmt.Sprintf("n%d.internal", rng.IntN(12))
+			if rng.IntN(3) == 0 {
+				delete(n, name)
+			} else {
+				n[name] = addrs(fmt.Sprintf("10.0.0.%d", rng.IntN(5)))
+			}
+		}
+		d := declaration(gen, gen, n)
+		if _, err := j.RecordDeclaration(d, journal.RosterDiff(prev, d.Roster), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		rosters = append(rosters, d.Roster)
+		prev = d.Roster
 	}
-	if d := journal.RosterDiff(r3, r5); len(d.Added) != 1 || d.Added[0].Name != "searxng.zurag.be" {
-		t.Errorf("roster diff 13 15 = %v", d)
-	}
-	if _, err := j.Roster(11); err == nil {
-		t.Error("Roster of a pruned generation: no error")
-	}
-	if d, err := j.Declaration(5); err != nil || d.Generation != 5 {
-		t.Errorf("Declaration(5) = %v, %v", d, err)
+	for range 200 {
+		a, b := 1+rng.IntN(30), 1+rng.IntN(30)
+		got, err := j.RosterDiff(uint64(a), uint64(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := journal.RosterDiff(rosters[a-1], rosters[b-1])
+		if diff := cmp.Diff(want, got, cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); diff != "" {
+			t.Fatalf("roster diff %d %d (-rosters +journal):\n%s", a, b, diff)
+		}
 	}
 }
 
@@ -145,7 +189,8 @@ func TestJournalBoundsBytes(t *testing.T) {
 		for i := range 40 {
 			n[fmt.Sprintf("svc%d.gen%d.internal", i, gen)] = addrs("10.89.0.7")
 		}
-		if _, err := j.RecordDeclaration(declaration(gen, gen, n), time.Now()); err != nil {
+		d := declaration(gen, gen, n)
+		if _, err := j.RecordDeclaration(d, journal.RosterDiff(nil, d.Roster), time.Now()); err != nil {
 			t.Fatalf("RecordDeclaration(%d): %v", gen, err)
 		}
 	}

@@ -17,6 +17,8 @@ package pass
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/meshhost/meshhost/internal/agent/rosterguard"
 	"github.com/meshhost/meshhost/reconcile"
@@ -39,10 +41,19 @@ type Input struct {
 	Declaration *spec.Declaration
 	// Roster is the roster in force: RosterInForce's, not necessarily the
 	// declared one.
-	Roster   *spec.Roster
-	Gate     Gate
-	Observed []reconcile.Observed // what the runtime reports: one List
-	Planner  Planner
+	Roster *spec.Roster
+	// RosterLock, when set, is held while a copy-mode container is
+	// rendered with Roster (resolve mode does not read it): the agent
+	// changes its roster in place under it as changes arrive, without
+	// waiting for a pass.
+	RosterLock sync.Locker
+	Gate       Gate
+	Observed   []reconcile.Observed // what the runtime reports: one List
+	Planner    Planner
+	// Cache, when set, carries the renderings of one Compute to the next
+	// (the agent keeps one): a container declared and moded as before is
+	// not rendered again. Nil renders every container.
+	Cache *Cache
 	// HoldAbove holds the declaration (Computed.Hold) when its plan would
 	// replace more than this many containers, whatever the cause (the
 	// migration flag's switch of name modes included). 0 never holds.
@@ -51,6 +62,55 @@ type Input struct {
 	// the hold (meshhost approve); asked only when the plan would be held.
 	// Nil: none.
 	Approved func() uint64
+}
+
+// Cache remembers what Compute rendered, for the next Compute: a
+// container declared as before (the very same declared value, as the
+// declaration source hands out until a new declaration arrives, or an
+// equal one), in the same mode (and, in copy mode, with the same roster
+// generation), renders as before. Reusing the rendering saves rendering it
+// and lets the reconciler recognise it without reading it
+// (spec.Rendered.Equal), so a pass over 10,000 unchanged containers costs
+// little per container. The zero Cache is empty and ready; one Cache
+// serves one caller's passes, one at a time.
+type Cache struct {
+	m map[string]*cached
+}
+
+type cached struct {
+	declared *spec.Container // what was rendered: an element of a declaration, never changed
+	mode     spec.Mode
+	roster   uint64 // copy mode: the roster generation rendered with
+	rendered spec.Rendered
+}
+
+// render returns c's rendering (declared at ct) for mode m with roster r:
+// the one cached when it still holds, else a new one, which next keeps.
+func (cache *Cache) render(ct *spec.Container, r *spec.Roster, lock sync.Locker, m spec.Mode, next map[string]*cached) (spec.Rendered, error) {
+	if m.Names == spec.Copy && lock != nil {
+		lock.Lock()
+		defer lock.Unlock()
+	}
+	var gen uint64
+	if m.Names == spec.Copy && r != nil {
+		gen = r.Generation
+	}
+	if cache != nil {
+		if e, ok := cache.m[ct.Name]; ok && e.roster == gen && sameMode(e.mode, m) && (e.declared == ct || e.declared.Equal(ct)) {
+			next[ct.Name] = e
+			return e.rendered, nil
+		}
+	}
+	out, err := spec.Render(*ct, r, m)
+	if err == nil && next != nil {
+		next[ct.Name] = &cached{declared: ct, mode: m, roster: gen, rendered: out}
+	}
+	return out, err
+}
+
+func sameMode(a, b spec.Mode) bool {
+	return a.Names == b.Names && slices.Equal(a.DNS.Servers, b.DNS.Servers) &&
+		slices.Equal(a.DNS.Search, b.DNS.Search) && slices.Equal(a.DNS.Options, b.DNS.Options)
 }
 
 // Computed is what a pass would do.
@@ -108,12 +168,20 @@ func Compute(ctx context.Context, in Input) (*Computed, error) {
 		Modes:    in.Gate.Modes(d.Containers, in.Observed),
 		Rendered: make([]spec.Rendered, 0, len(d.Containers)),
 	}
-	for _, ct := range d.Containers {
-		r, err := spec.Render(ct, in.Roster, c.Modes[ct.Name])
+	var next map[string]*cached
+	if in.Cache != nil {
+		next = make(map[string]*cached, len(d.Containers))
+	}
+	for i := range d.Containers {
+		ct := &d.Containers[i]
+		r, err := in.Cache.render(ct, in.Roster, in.RosterLock, c.Modes[ct.Name], next)
 		if err != nil {
 			return nil, fmt.Errorf("rendering %q: %w", ct.Name, err)
 		}
 		c.Rendered = append(c.Rendered, r)
+	}
+	if in.Cache != nil {
+		in.Cache.m = next
 	}
 	p, err := in.Planner.PlanObserved(ctx, c.Rendered, in.Observed)
 	if err != nil {
@@ -163,16 +231,35 @@ type Roster struct {
 // the resolver serves (nil: none yet) and the declared one: the declared
 // roster when it is newer and the guard lets it through (or the operator
 // accepted its generation: accepted is asked only then), the served one
-// otherwise.
+// otherwise. It finds what changed (the cost of reading both rosters) and
+// decides as RosterChange does.
 func RosterInForce(served, declared *spec.Roster, guard rosterguard.Policy, accepted func() uint64) Roster {
-	if served != nil && declared.Generation <= served.Generation {
-		return Roster{InForce: served, Older: declared.Generation < served.Generation}
+	change, _ := spec.DiffRosters(served, declared)
+	c := RosterChange(served, change, guard, accepted)
+	c.InForce = served
+	if c.Update {
+		c.InForce = declared
 	}
-	if err := rosterguard.Check(served, declared, guard); err != nil {
-		if accepted == nil || accepted() != declared.Generation {
-			return Roster{InForce: served, Held: err}
+	return c
+}
+
+// RosterChange is RosterInForce for the roster the resolver serves (nil:
+// none yet) and the change declared since (a delta from its generation;
+// nil: none): whether the change is put in force (Update), in time
+// proportional to the change. It leaves InForce nil: the caller applies
+// the change to the roster it holds.
+func RosterChange(served *spec.Roster, change *spec.RosterDelta, guard rosterguard.Policy, accepted func() uint64) Roster {
+	if change == nil {
+		return Roster{}
+	}
+	if served != nil && change.To <= served.Generation {
+		return Roster{Older: change.To < served.Generation}
+	}
+	if err := rosterguard.CheckDelta(served, change, guard); err != nil {
+		if accepted == nil || accepted() != change.To {
+			return Roster{Held: err}
 		}
-		return Roster{InForce: declared, Update: true, Accepted: true}
+		return Roster{Update: true, Accepted: true}
 	}
-	return Roster{InForce: declared, Update: true}
+	return Roster{Update: true}
 }

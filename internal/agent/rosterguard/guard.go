@@ -69,3 +69,34 @@ func Check(prev, next *spec.Roster, p Policy) error {
 	slices.Sort(dropped)
 	return &ShrinkError{Generation: next.Generation, Before: len(prev.Names), After: len(next.Names), Dropped: dropped, MaxFraction: p.MaxDropFraction}
 }
+
+// CheckDelta is Check for the roster prev changed by d: it looks only at
+// the names d removes, so it costs what changed, not the roster.
+func CheckDelta(prev *spec.Roster, d *spec.RosterDelta, p Policy) error {
+	if p.MaxDropFraction == 0 {
+		p.MaxDropFraction = DefaultPolicy.MaxDropFraction
+	}
+	if p.MinNames == 0 {
+		p.MinNames = DefaultPolicy.MinNames
+	}
+	if prev == nil || len(prev.Names) < p.MinNames {
+		return nil
+	}
+	var dropped []string
+	for _, name := range d.Remove {
+		if _, ok := prev.Names[name]; ok {
+			dropped = append(dropped, name)
+		}
+	}
+	if float64(len(dropped)) <= p.MaxDropFraction*float64(len(prev.Names)) {
+		return nil
+	}
+	slices.Sort(dropped)
+	after := len(prev.Names) - len(dropped)
+	for name := range d.Set {
+		if _, ok := prev.Names[name]; !ok {
+			after++
+		}
+	}
+	return &ShrinkError{Generation: d.To, Before: len(prev.Names), After: after, Dropped: dropped, MaxFraction: p.MaxDropFraction}
+}

@@ -44,3 +44,25 @@ func TestCheck(t *testing.T) {
 		t.Errorf("error = %v; want the count and the override command", err)
 	}
 }
+
+// TestCheckDelta: the guard judges a delta exactly as it judges the whole
+// roster the delta makes.
+func TestCheckDelta(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		prev, next *spec.Roster
+	}{
+		{"first roster", nil, roster(1, 100)},
+		{"growth", roster(1, 100), roster(2, 150)},
+		{"quarter exactly", roster(1, 100), roster(2, 75)},
+		{"large drop", roster(1, 100), roster(2, 60)},
+		{"everything gone", roster(1, 100), roster(2, 0)},
+		{"tiny mesh", roster(1, 5), roster(2, 1)},
+	} {
+		d, _ := spec.DiffRosters(tc.prev, tc.next)
+		whole, delta := Check(tc.prev, tc.next, Policy{}), CheckDelta(tc.prev, d, Policy{})
+		if fmt.Sprint(whole) != fmt.Sprint(delta) {
+			t.Errorf("%s: CheckDelta = %v, Check = %v", tc.name, delta, whole)
+		}
+	}
+}

@@ -6,12 +6,14 @@
 //
 // Layout:
 //
-//	declaration.json  the declaration last applied (the agent's)
+//	declaration.json  the declaration last applied (the agent's), as of when it was written whole
+//	declaration.log   the declaration deltas applied since (package deltalog)
 //	roster-accept     a roster generation the operator let shrink (meshhost roster accept)
 //	approved          a declaration generation the operator let past the blast-radius hold (meshhost approve)
 //	frozen            present while the machine is frozen (meshhost freeze)
 //	status.json       what the agent's last pass found: a declaration held, the freeze, its --hold-above
-//	roster.json       the resolver's last good roster (roster file format)
+//	roster.json       the resolver's last good roster (roster file format), as of when it was written whole
+//	roster.json.log   the roster deltas the resolver applied since (resolver.LogPath)
 //	reconciler.json   the reconciler's replacement budget and adoptions
 //	migrations.json   the migration gate's state (and migrations.json.lock, its lock)
 //	journal/          the history: declarations and passes
@@ -50,6 +52,10 @@ func (d Dir) join(name string) string { return filepath.Join(d.path, name) }
 // Declaration is the declaration the agent last applied, saved before it
 // acts on it.
 func (d Dir) Declaration() string { return d.join("declaration.json") }
+
+// DeclarationLog is the log of the declaration deltas applied since
+// Declaration was written whole.
+func (d Dir) DeclarationLog() string { return d.join("declaration.log") }
 
 // RosterAccept holds a roster generation the operator let shrink past the
 // roster guard.

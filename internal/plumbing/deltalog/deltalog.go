@@ -1,0 +1,416 @@
+// Package deltalog keeps the changes made to a document since it was last
+// written whole, as an append-only log beside it, so that a small change
+// costs a small write instead of rewriting the document.
+//
+// A Store writes the document (the base) whole, atomically, appends each
+// change to the log with its key (the generation the change brings the
+// document to; keys only grow), and trims the log after each base. The
+// owner folds the log into a new base now and then (Due). Reading back is
+// the base, then every record whose key is above the base's generation,
+// in order.
+//
+// A record is one line, "KEY CRC32C PAYLOAD\n", the payload without a
+// newline (compact JSON). A crash can tear only the last line: it fails
+// its checksum, or has no newline, and is dropped (and cut off when the log
+// is next opened for appending). So a record is in the log whole or not at
+// all, and a base written whole always has a valid log after it, whatever
+// the moment of a crash: records at or below the base's generation are
+// skipped by readers.
+package deltalog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Record is one change read back from a log.
+type Record struct {
+	Key     uint64
+	Payload []byte
+}
+
+// Read returns the whole records of the log at path, in order, and where
+// the valid part of the file ends. A missing file has no records. A torn
+// or corrupt record ends the log: it and anything after it are left out.
+func Read(path string) (records []Record, valid int64, err error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	records, valid = parse(data)
+	return records, valid, nil
+}
+
+func parse(data []byte) ([]Record, int64) {
+	var out []Record
+	off := 0
+	for off < len(data) {
+		nl := bytes.IndexByte(data[off:], '\n')
+		if nl < 0 {
+			break // torn: no newline yet
+		}
+		rec, ok := parseLine(data[off : off+nl+1])
+		if !ok {
+			break
+		}
+		if len(out) > 0 && rec.Key <= out[len(out)-1].Key {
+			break // keys only grow: anything else is not this log's
+		}
+		out = append(out, rec)
+		off += nl + 1
+	}
+	return out, int64(off)
+}
+
+// parseLine reads one record's line, its newline included.
+func parseLine(line []byte) (Record, bool) {
+	sp := bytes.IndexByte(line, ' ')
+	if sp < 0 {
+		return Record{}, false
+	}
+	key, err := strconv.ParseUint(string(line[:sp]), 10, 64)
+	if err != nil {
+		return Record{}, false
+	}
+	payload := line[min(sp+10, len(line)-1) : len(line)-1]
+	// Only the form appendLine writes: a record is its bytes, exactly.
+	if !bytes.Equal(appendLine(nil, key, payload), line) {
+		return Record{}, false
+	}
+	return Record{Key: key, Payload: payload}, true
+}
+
+func appendLine(b []byte, key uint64, payload []byte) []byte {
+	b = strconv.AppendUint(b, key, 10)
+	b = append(b, ' ')
+	b = fmt.Appendf(b, "%08x", crc32.Checksum(payload, castagnoli))
+	b = append(b, ' ')
+	b = append(b, payload...)
+	return append(b, '\n')
+}
+
+// Log appends records to one log file. Its methods are safe for
+// concurrent use.
+type Log struct {
+	path string
+
+	// mu guards the fields below.
+	mu   sync.Mutex
+	f    *os.File // open for appending; nil until the first Append
+	size int64    // bytes of valid records in the file
+	last uint64   // key of the last record, 0 when none
+	// marks are the keys and end offsets of the records in the file, so
+	// that Trim keeps the tail without reading the whole log.
+	marks []mark
+	// created: the file did not exist before it was opened for appending.
+	created bool
+}
+
+type mark struct {
+	key uint64
+	end int64
+}
+
+// Open reads the log at path (a missing one is empty) and returns it,
+// ready to append, with the records it holds. A torn last record is cut
+// off the file at the first Append, so that nothing follows garbage.
+func Open(path string) (*Log, []Record, error) {
+	records, valid, err := Read(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	l := &Log{path: path, size: valid}
+	var end int64
+	for _, r := range records {
+		end += int64(len(appendLine(nil, r.Key, r.Payload)))
+		l.marks = append(l.marks, mark{r.Key, end})
+		l.last = r.Key
+	}
+	return l, records, nil
+}
+
+// Path is the log's file.
+func (l *Log) Path() string { return l.path }
+
+// Size is the bytes the log's records take.
+func (l *Log) Size() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.size
+}
+
+// Append adds a record with key, which must be above every key in the
+// log, and syncs it to disk before returning. payload must not contain a
+// newline. On error the log is as it was (a partly written record is cut
+// off again, or, failing that, dropped by the next reader).
+func (l *Log) Append(key uint64, payload []byte) error {
+	if bytes.IndexByte(payload, '\n') >= 0 {
+		return fmt.Errorf("appending to %s: a record may not contain a newline", l.path)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if key <= l.last {
+		return fmt.Errorf("appending to %s: key %d is not above the last one, %d", l.path, key, l.last)
+	}
+	if err := l.openLocked(); err != nil {
+		return err
+	}
+	line := appendLine(nil, key, payload)
+	if _, err := l.f.WriteAt(line, l.size); err != nil {
+		l.undoLocked()
+		return &fs.PathError{Op: "write", Path: l.path, Err: unwrapPath(err)}
+	}
+	if err := l.f.Sync(); err != nil {
+		l.undoLocked()
+		return &fs.PathError{Op: "sync", Path: l.path, Err: unwrapPath(err)}
+	}
+	l.size += int64(len(line))
+	l.last = key
+	l.marks = append(l.marks, mark{key, l.size})
+	return nil
+}
+
+// undoLocked takes back a failed append: the file is cut back to its
+// records, or removed when the append created it (a failed write leaves
+// the directory as it was).
+func (l *Log) undoLocked() {
+	if l.created && l.size == 0 {
+		l.f.Close()
+		if os.Remove(l.path) == nil {
+			l.f = nil
+			return
+		}
+		l.f, _ = os.OpenFile(l.path, os.O_RDWR, 0)
+		if l.f == nil {
+			return
+		}
+	}
+	l.f.Truncate(l.size)
+}
+
+// openLocked opens the file for writing and cuts off what follows the
+// valid records (a torn record).
+func (l *Log) openLocked() error {
+	if l.f != nil {
+		return nil
+	}
+	_, err := os.Stat(l.path)
+	l.created = errors.Is(err, fs.ErrNotExist)
+	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if fi, err := f.Stat(); err == nil && fi.Size() != l.size {
+		if err := f.Truncate(l.size); err != nil {
+			f.Close()
+			return &fs.PathError{Op: "truncate", Path: l.path, Err: unwrapPath(err)}
+		}
+	}
+	l.f = f
+	return nil
+}
+
+// Trim drops the records whose key is at or below through: the owner has
+// just written a base of generation through. The records above it stay,
+// in a log written anew atomically, so a crash leaves either log, and
+// both read correctly after the new base.
+func (l *Log) Trim(through uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var start int64
+	i := 0
+	for ; i < len(l.marks) && l.marks[i].key <= through; i++ {
+		start = l.marks[i].end
+	}
+	if i == 0 {
+		return nil
+	}
+	tail := make([]byte, l.size-start)
+	if len(tail) > 0 {
+		if err := l.openLocked(); err != nil {
+			return err
+		}
+		if _, err := l.f.ReadAt(tail, start); err != nil && !errors.Is(err, io.EOF) {
+			return &fs.PathError{Op: "read", Path: l.path, Err: unwrapPath(err)}
+		}
+	}
+	if err := atomicfile.Write(l.path, tail, 0o600); err != nil {
+		return err
+	}
+	if l.f != nil {
+		l.f.Close()
+		l.f = nil // reopened (the new file) at the next Append
+	}
+	marks := make([]mark, 0, len(l.marks)-i)
+	for _, m := range l.marks[i:] {
+		marks = append(marks, mark{m.key, m.end - start})
+	}
+	l.marks, l.size = marks, l.size-start
+	return nil
+}
+
+// Reset empties the log, and lets keys start again from any value: the
+// owner has just written a base that no record follows on from (the log
+// held records it could not apply, or one failed to append).
+func (l *Log) Reset() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Truncating in place needs no free space, so it works on a full disk.
+	if err := l.openLocked(); err != nil {
+		return err
+	}
+	if err := l.f.Truncate(0); err != nil {
+		return &fs.PathError{Op: "truncate", Path: l.path, Err: unwrapPath(err)}
+	}
+	if err := l.f.Sync(); err != nil {
+		return &fs.PathError{Op: "sync", Path: l.path, Err: unwrapPath(err)}
+	}
+	l.marks, l.size, l.last = nil, 0, 0
+	return nil
+}
+
+// Close closes the log's file.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
+
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// ErrWhole is returned by Store.Append when the log no longer follows on
+// from the base (an append failed before, or the log held records its
+// owner could not apply): the owner writes the document whole instead.
+var ErrWhole = errors.New("the log does not follow on from the base: write the document whole")
+
+// MinCompact is the smallest log Store.Due asks to fold into the base.
+const MinCompact = 64 << 10
+
+// Store is a document kept as a base file, written whole now and then
+// (atomically, package atomicfile), and the log beside it of the changes
+// made since. It orders the writes of the base, so that a base never
+// replaces a newer one, and trims the log after each. Its methods are
+// safe for concurrent use.
+type Store struct {
+	path string
+	log  *Log
+
+	// mu orders writes of the base and guards the fields below.
+	mu   sync.Mutex
+	gen  uint64 // of the base
+	size int64  // of the base
+	// whole is set when the log no longer follows on from the base: the
+	// next write must be the base.
+	whole bool
+}
+
+// ReadStore reads the base at path (an error wrapping fs.ErrNotExist when
+// there is none) and the records of the log at logPath (see Read).
+func ReadStore(path, logPath string) (base []byte, records []Record, err error) {
+	base, err = os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	records, _, err = Read(logPath)
+	return base, records, err
+}
+
+// OpenStore opens the store of the base at path and the log at logPath,
+// whose owner read them (ReadStore): the base is generation gen, of size
+// bytes (0 and 0: none); whole says the log's records could not all be
+// applied, so the next write must be the base.
+func OpenStore(path, logPath string, gen uint64, size int64, whole bool) (*Store, error) {
+	l, _, err := Open(logPath)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{path: path, log: l, gen: gen, size: size, whole: whole}, nil
+}
+
+// WriteBase writes data, the document at generation gen, as the base, and
+// drops the log's records it holds (all of them, if the log did not follow
+// on). A gen not above the generation written last is not written (a
+// slower writer of an older document), unless the log needs a base.
+func (s *Store) WriteBase(gen uint64, data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen <= s.gen && !s.whole {
+		return nil
+	}
+	if err := atomicfile.Write(s.path, data, 0o600); err != nil {
+		return err
+	}
+	s.gen, s.size = gen, int64(len(data))
+	trim := func() error { return s.log.Trim(gen) }
+	if s.whole {
+		trim = s.log.Reset // its records may not follow on from the base
+	}
+	if err := trim(); err != nil {
+		// The base is whole and newer than the records: readers skip
+		// them; a log that did not follow on still needs a Reset.
+		return err
+	}
+	s.whole = false
+	return nil
+}
+
+// Append logs a change that made generation gen, or returns ErrWhole when
+// the base must be written instead. After a failed append the log no
+// longer follows on from the documents that come next, so every Append
+// returns ErrWhole until WriteBase succeeds.
+func (s *Store) Append(gen uint64, payload []byte) error {
+	s.mu.Lock()
+	whole := s.whole
+	s.mu.Unlock()
+	if whole {
+		return ErrWhole
+	}
+	err := s.log.Append(gen, payload)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.whole = true
+		return err
+	}
+	return nil
+}
+
+// Due reports whether the log has outgrown half the base (and MinCompact):
+// time to write the document whole.
+func (s *Store) Due() bool {
+	s.mu.Lock()
+	size := s.size
+	s.mu.Unlock()
+	return s.log.Size() > max(size/2, MinCompact)
+}
+
+// LogSize is the bytes the log's records take.
+func (s *Store) LogSize() int64 { return s.log.Size() }
+
+// Close closes the log.
+func (s *Store) Close() error { return s.log.Close() }

@@ -1,0 +1,7 @@
+package reconcile
+
+// FullPath turns r's plan fast paths off (on) or on again: remembered
+// records and order, and keeping a container whose record is its
+// declaration's without judging it further. For the differential test of
+// the fast path against the full one.
+func FullPath(r *Reconciler, on bool) { r.fullPath = on }
