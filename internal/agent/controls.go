@@ -194,6 +194,8 @@ func (a *Agent) controlsLocked(decl *spec.Declaration, rosterGen uint64, h *pass
 		n = len(h.Replacements)
 	}
 	a.metrics.heldReplacements.Set(float64(n))
+	// What the alert on replacements pending reads, next to the budget's.
+	a.cfg.Reconciler.ReportHeld(n)
 	a.writeStatusLocked(Status{HoldAbove: a.cfg.HoldAbove, Generation: decl.Generation, RosterGeneration: rosterGen, Held: h, Frozen: frozen})
 }
 

@@ -39,6 +39,30 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
+// pendingHeld is meshhost_reconcile_replacements_pending{reason="held"},
+// what the alert on a blast-radius hold reads.
+func pendingHeld(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "meshhost_reconcile_replacements_pending" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reconcile.PendingHeld {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatal(`no meshhost_reconcile_replacements_pending{reason="held"}`)
+	return 0
+}
+
 // holdFixture is an agent on the in-memory runtime holding declarations
 // that replace more than 3 containers, with a budget of 2 replacements a
 // window.
@@ -47,7 +71,7 @@ func holdFixture(t *testing.T) (*fixture, *prometheus.Registry, *syncbuf.Buffer)
 	logs := &syncbuf.Buffer{}
 	f := newFixture(t, true, func(c *Config) {
 		c.HoldAbove, c.Registerer, c.Logger = 3, reg, newTextLogger(logs)
-		rec, err := reconcile.New(reconcile.Config{Runtime: c.Runtime, Owner: "ace", Budget: reconcile.Budget{Max: 2, Window: time.Hour}})
+		rec, err := reconcile.New(reconcile.Config{Runtime: c.Runtime, Owner: "ace", Budget: reconcile.Budget{Max: 2, Window: time.Hour}, Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,8 +108,8 @@ func TestBlastRadiusHold(t *testing.T) {
 	if _, err := f.agent.Pass(ctx); err != nil { // a second pass: still held, logged once
 		t.Fatal(err)
 	}
-	if g, r := gauge(t, reg, "meshhost_agent_declaration_held"), gauge(t, reg, "meshhost_agent_held_replacements"); g != 1 || r != 6 {
-		t.Errorf("held metrics = %v, %v; want 1, 6", g, r)
+	if g, r, p := gauge(t, reg, "meshhost_agent_declaration_held"), gauge(t, reg, "meshhost_agent_held_replacements"), pendingHeld(t, reg); g != 1 || r != 6 || p != 6 {
+		t.Errorf("held metrics = %v, %v, pending held %v; want 1, 6, 6", g, r, p)
 	}
 	if n := strings.Count(logs.String(), "declaration 2 held: it would replace 6 containers, more than --hold-above 3"); n != 1 {
 		t.Errorf("the hold was logged %d times, want once:\n%s", n, logs)
@@ -106,8 +130,8 @@ func TestBlastRadiusHold(t *testing.T) {
 	if n := replaced(before, ids(f.rt)); n != 2 {
 		t.Errorf("declaration 3 replaced %d containers, want 2", n)
 	}
-	if g := gauge(t, reg, "meshhost_agent_declaration_held"); g != 0 {
-		t.Errorf("meshhost_agent_declaration_held = %v after the hold lifted", g)
+	if g, p := gauge(t, reg, "meshhost_agent_declaration_held"), pendingHeld(t, reg); g != 0 || p != 0 {
+		t.Errorf("meshhost_agent_declaration_held = %v, pending held %v after the hold lifted", g, p)
 	}
 
 	// 4: six replacements again: held, until approved; then the budget
