@@ -11,8 +11,33 @@ import (
 //
 //	containers[3].stop_timeout: "6o s" is not a duration
 type FieldError struct {
-	Path   string // e.g. "containers[3].stop_timeout" or `names["a..b"]`
-	Reason string // what is wrong and, where it helps, how to fix it
+	Path   string `json:"path"`   // e.g. "containers[3].stop_timeout" or `names["a..b"]`
+	Reason string `json:"reason"` // what is wrong and, where it helps, how to fix it
+}
+
+// Faults returns err's faults as FieldErrors, one per error it joins
+// (errors.Join, unwrapped while it joins exactly one): a field's fault with
+// its path, any other with an empty path. Never nil: what a command or an
+// endpoint answers as JSON.
+func Faults(err error) []FieldError {
+	errs := []error{err}
+	for {
+		j, ok := errs[0].(interface{ Unwrap() []error })
+		if len(errs) != 1 || !ok {
+			break
+		}
+		errs = j.Unwrap()
+	}
+	out := make([]FieldError, 0, len(errs))
+	for _, e := range errs {
+		var fe *FieldError
+		if errors.As(e, &fe) {
+			out = append(out, *fe)
+		} else {
+			out = append(out, FieldError{Reason: e.Error()})
+		}
+	}
+	return out
 }
 
 func (e *FieldError) Error() string {

@@ -169,9 +169,9 @@ func wantsJSON(args []string) bool {
 func printError(env *environment, cmd *cobra.Command, err error, usage, asJSON bool) {
 	if f := cmd.Flags().Lookup("output"); asJSON || f != nil && f.Value.String() == "json" {
 		out := struct {
-			Error  string  `json:"error"`
-			Faults []fault `json:"faults"`
-		}{err.Error(), faultsOf(err)}
+			Error  string            `json:"error"`
+			Faults []spec.FieldError `json:"faults"`
+		}{err.Error(), spec.Faults(err)}
 		json.NewEncoder(env.stdout).Encode(out)
 		return
 	}
@@ -179,35 +179,6 @@ func printError(env *environment, cmd *cobra.Command, err error, usage, asJSON b
 	if usage {
 		fmt.Fprintf(env.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
-}
-
-// fault is one entry of a JSON error's faults: a path in a document (empty
-// when none) and what is wrong there.
-type fault struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
-}
-
-// faultsOf lists err's faults: each *spec.FieldError it joins, else err.
-func faultsOf(err error) []fault {
-	errs := []error{err}
-	for {
-		j, ok := errs[0].(interface{ Unwrap() []error })
-		if len(errs) != 1 || !ok {
-			break
-		}
-		errs = j.Unwrap()
-	}
-	out := []fault{}
-	for _, e := range errs {
-		var fe *spec.FieldError
-		if errors.As(e, &fe) {
-			out = append(out, fault{fe.Path, fe.Reason})
-		} else {
-			out = append(out, fault{"", e.Error()})
-		}
-	}
-	return out
 }
 
 // newRoot returns the meshhost command with every registered command;

@@ -48,12 +48,6 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// fault is one entry of a refusal's JSON body.
-type fault struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
-}
-
 // Handler serves PUT (or POST) /v1/declaration, a whole declaration or a
 // declaration delta: 200 with the generation in force when accepted (the
 // same declaration again included), 400 with every fault named when
@@ -90,7 +84,7 @@ func (s *Source) Handler() http.Handler {
 					status = http.StatusRequestEntityTooLarge
 				}
 				s.logger.Warn("pushed declaration refused; the previous one stays in force", "err", err)
-				writeJSON(w, status, map[string]any{"error": "declaration refused", "faults": faults(err)})
+				writeJSON(w, status, map[string]any{"error": "declaration refused", "faults": spec.Faults(err)})
 				return
 			}
 			writeJSON(w, http.StatusOK, map[string]any{"machine": d.Machine, "generation": d.Generation, "roster_generation": d.Roster.Generation})
@@ -100,23 +94,6 @@ func (s *Source) Handler() http.Handler {
 		}
 	})
 	return mux
-}
-
-func faults(err error) []fault {
-	var out []fault
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	for _, e := range errs {
-		var fe *spec.FieldError
-		if errors.As(e, &fe) {
-			out = append(out, fault{fe.Path, fe.Reason})
-		} else {
-			out = append(out, fault{"", e.Error()})
-		}
-	}
-	return out
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

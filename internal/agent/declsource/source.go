@@ -170,48 +170,43 @@ func (s *Source) SetServed(gen uint64, roster func() *spec.Roster) {
 // and where it came from. Its roster is a copy, the caller's: this costs
 // the roster's size; a pass reads Head and ChangesSince instead.
 func (s *Source) Current() (*spec.Declaration, string) {
-	s.changeMu.Lock()
-	defer s.changeMu.Unlock()
-	s.mu.Lock()
-	cur, origin := s.current, s.origin
-	s.mu.Unlock()
-	if cur == nil {
-		return nil, origin
-	}
-	d := *cur
-	d.Roster = copyRoster(cur.Roster)
-	return &d, origin
+	d, origin, _ := s.copyInForce()
+	return d, origin
 }
 
 // Roster returns a copy of the roster in force (nil before the first
 // declaration), the caller's, and the last Change it includes: this costs
 // the roster's size.
 func (s *Source) Roster() (*spec.Roster, uint64) {
-	s.changeMu.Lock()
-	defer s.changeMu.Unlock()
-	s.mu.Lock()
-	cur, seq := s.current, s.seq
-	s.mu.Unlock()
-	if cur == nil {
+	d, _, seq := s.copyInForce()
+	if d == nil {
 		return nil, seq
 	}
-	return copyRoster(cur.Roster), seq
+	return d.Roster, seq
 }
 
 // Snapshot is Current with the last Change it includes instead of where it
 // came from.
 func (s *Source) Snapshot() (*spec.Declaration, uint64) {
+	d, _, seq := s.copyInForce()
+	return d, seq
+}
+
+// copyInForce returns the declaration in force with a copy of its roster
+// (nil before the first), where it came from, and the last Change it
+// includes. changeMu keeps the roster from changing while it is copied.
+func (s *Source) copyInForce() (*spec.Declaration, string, uint64) {
 	s.changeMu.Lock()
 	defer s.changeMu.Unlock()
 	s.mu.Lock()
-	cur, seq := s.current, s.seq
+	cur, origin, seq := s.current, s.origin, s.seq
 	s.mu.Unlock()
 	if cur == nil {
-		return nil, seq
+		return nil, origin, seq
 	}
 	d := *cur
 	d.Roster = copyRoster(cur.Roster)
-	return &d, seq
+	return &d, origin, seq
 }
 
 func copyRoster(r *spec.Roster) *spec.Roster {
