@@ -24,6 +24,7 @@ import (
 
 	"codeberg.org/miekg/dns"
 
+	"github.com/meshhost/meshhost/internal/plumbing/netns"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )
@@ -140,11 +141,11 @@ func Check(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("the container's resolv.conf (%s) lists no nameserver", cfg.ResolvConf)
 	}
 	classify(rep, cfg.Roster)
-	ns, err := joinNetns(cfg.Netns)
+	ns, err := netns.Join(cfg.Netns)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the container's network namespace (meshhost dns-check needs root): %w", err)
 	}
-	defer ns.close()
+	defer ns.Close()
 
 	canary := ""
 	if cfg.Roster != nil && len(cfg.Roster.Zones) > 0 {
@@ -202,7 +203,7 @@ func classify(rep *Report, r *spec.Roster) {
 
 // ask asks server for the name (and the canary, to tell a meshhost
 // resolver), and judges the answer.
-func ask(ctx context.Context, ns *netns, server netip.AddrPort, rep *Report, qtype uint16, canary string, timeout time.Duration) Result {
+func ask(ctx context.Context, ns *netns.NS, server netip.AddrPort, rep *Report, qtype uint16, canary string, timeout time.Duration) Result {
 	res := Result{Server: server.String()}
 	start := time.Now()
 	reply, client, err := exchange(ctx, ns, server, rep.Name, qtype, timeout)
@@ -301,8 +302,20 @@ func transportVerdict(err error, server netip.AddrPort, timeout time.Duration) (
 // exchange asks server for name from a fresh socket in the namespace, as a
 // container's stub resolver does, and returns the reply and the address it
 // left from.
-func exchange(ctx context.Context, ns *netns, server netip.AddrPort, name string, qtype uint16, timeout time.Duration) (*dns.Msg, netip.Addr, error) {
-	c, err := ns.dial(ctx, server)
+func exchange(ctx context.Context, ns *netns.NS, server netip.AddrPort, name string, qtype uint16, timeout time.Duration) (*dns.Msg, netip.Addr, error) {
+	var (
+		c   *net.UDPConn
+		err error
+	)
+	if doErr := ns.Do(ctx, func() {
+		// A connected socket: the kernel picks the source address as the
+		// container's routes say, and reports an ICMP port unreachable as
+		// ECONNREFUSED.
+		server := netip.AddrPortFrom(server.Addr().Unmap(), server.Port())
+		c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(server))
+	}); doErr != nil {
+		return nil, netip.Addr{}, doErr
+	}
 	if err != nil {
 		return nil, netip.Addr{}, err
 	}

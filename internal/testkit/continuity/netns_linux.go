@@ -4,81 +4,37 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"time"
 
 	"codeberg.org/miekg/dns"
-	"golang.org/x/sys/unix"
+
+	"github.com/meshhost/meshhost/internal/plumbing/netns"
 )
 
-// Netns makes sockets inside a network namespace (a container's, say) for
-// lookups sent from there: a thread of this process joins the namespace
-// and stays in it, and each socket it opens belongs to the namespace for
-// good, whichever goroutine then uses it.
-type Netns struct {
-	reqs chan chan socketOrErr
-	stop chan struct{}
-}
-
-type socketOrErr struct {
-	c   *net.UDPConn
-	err error
-}
+// Netns sends lookups from inside a network namespace (a container's,
+// say), from a socket of that namespace.
+type Netns struct{ ns *netns.NS }
 
 // JoinNetns starts a thread in the network namespace at path (such as
 // /proc/PID/ns/net). Close ends it.
 func JoinNetns(path string) (*Netns, error) {
-	f, err := os.Open(path)
+	ns, err := netns.Join(path)
 	if err != nil {
-		return nil, fmt.Errorf("network namespace: %w", err)
+		return nil, err
 	}
-	n := &Netns{reqs: make(chan chan socketOrErr), stop: make(chan struct{})}
-	joined := make(chan error, 1)
-	go func() {
-		// The thread is never unlocked: it stays in the namespace, and
-		// the runtime ends it when this goroutine returns.
-		runtime.LockOSThread()
-		err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
-		f.Close()
-		joined <- err
-		if err != nil {
-			return
-		}
-		for {
-			select {
-			case <-n.stop:
-				return
-			case r := <-n.reqs:
-				c, err := net.ListenUDP("udp", &net.UDPAddr{})
-				r <- socketOrErr{c, err}
-			}
-		}
-	}()
-	if err := <-joined; err != nil {
-		return nil, fmt.Errorf("joining network namespace %s: %w", path, err)
-	}
-	return n, nil
+	return &Netns{ns}, nil
 }
 
 // Close ends the namespace's thread.
-func (n *Netns) Close() { close(n.stop) }
+func (n *Netns) Close() { n.ns.Close() }
 
-func (n *Netns) socket(ctx context.Context) (*net.UDPConn, error) {
-	r := make(chan socketOrErr, 1)
-	select {
-	case n.reqs <- r:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-n.stop:
-		return nil, errors.New("namespace closed")
+func (n *Netns) socket(ctx context.Context) (c *net.UDPConn, err error) {
+	if doErr := n.ns.Do(ctx, func() { c, err = net.ListenUDP("udp", &net.UDPAddr{}) }); doErr != nil {
+		return nil, doErr
 	}
-	s := <-r
-	return s.c, s.err
+	return c, err
 }
 
 // UDP asks server, from inside the namespace, for name's A record, from a
