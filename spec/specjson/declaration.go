@@ -97,25 +97,33 @@ func parseDeclarationStrict(data []byte, y *yield.Yielder) (*spec.Declaration, e
 	return d, nil
 }
 
-// readDeclaration reads a parsed declaration; roster, when not nil, is its
-// roster read already (the document's roster member is then a placeholder).
-func readDeclaration(rep *strictjson.Report, v strictjson.Value, roster *spec.Roster) *spec.Declaration {
-	o := rep.Object("", v)
-	d := &spec.Declaration{MeshNames: spec.FlagOff}
+// readHead reads what a declaration and a declaration delta both begin
+// with: the schema (one this meshhost reads), the machine and the
+// generation.
+func readHead(rep *strictjson.Report, o *strictjson.Object) (schema int, machine string, gen uint64) {
 	if sv, p, ok := o.Required("schema"); ok {
 		if n, ok := rep.Int(p, sv, 1, 1<<31); ok {
 			if n > spec.SchemaVersion {
 				rep.Add(p, "schema %d is newer than this meshhost reads (%d); upgrade meshhost", n, spec.SchemaVersion)
 			}
-			d.Schema = int(n)
+			schema = int(n)
 		}
 	}
 	if mv, p, ok := o.Required("machine"); ok {
-		d.Machine, _ = rep.String(p, mv)
+		machine, _ = rep.String(p, mv)
 	}
 	if gv, p, ok := o.Required("generation"); ok {
-		d.Generation, _ = rep.Uint(p, gv, 1, 1<<63-1)
+		gen, _ = rep.Uint(p, gv, 1, 1<<63-1)
 	}
+	return schema, machine, gen
+}
+
+// readDeclaration reads a parsed declaration; roster, when not nil, is its
+// roster read already (the document's roster member is then a placeholder).
+func readDeclaration(rep *strictjson.Report, v strictjson.Value, roster *spec.Roster) *spec.Declaration {
+	o := rep.Object("", v)
+	d := &spec.Declaration{MeshNames: spec.FlagOff}
+	d.Schema, d.Machine, d.Generation = readHead(rep, o)
 	if fv, p, ok := o.Field("mesh_names"); ok {
 		if s, ok := rep.String(p, fv); ok {
 			d.MeshNames = spec.MeshNamesFlag(s)

@@ -51,20 +51,7 @@ func ParseDeclarationDelta(data []byte) (*spec.DeclarationDelta, error) {
 	var rep strictjson.Report
 	o := rep.Object("", v)
 	d := &spec.DeclarationDelta{}
-	if sv, p, ok := o.Required("schema"); ok {
-		if n, ok := rep.Int(p, sv, 1, 1<<31); ok {
-			if n > spec.SchemaVersion {
-				rep.Add(p, "schema %d is newer than this meshhost reads (%d); upgrade meshhost", n, spec.SchemaVersion)
-			}
-			d.Schema = int(n)
-		}
-	}
-	if mv, p, ok := o.Required("machine"); ok {
-		d.Machine, _ = rep.String(p, mv)
-	}
-	if gv, p, ok := o.Required("generation"); ok {
-		d.Generation, _ = rep.Uint(p, gv, 1, 1<<63-1)
-	}
+	d.Schema, d.Machine, d.Generation = readHead(&rep, o)
 	if rv, p, ok := o.Required("roster_delta"); ok {
 		d.Roster = readRosterDelta(&rep, p, rv)
 	}
@@ -123,28 +110,7 @@ func readRosterDelta(rep *strictjson.Report, path string, v strictjson.Value) *s
 		}
 	}
 	if sv, p, ok := o.Field("set"); ok {
-		set := rep.Object(p, sv)
-		for _, m := range set.Members() {
-			if list, ok := plainAddrs(m.Value); ok {
-				d.Set[m.Key] = list
-				continue
-			}
-			mp := strictjson.Join(p, m.Key)
-			addrs, ok := rep.Strings(mp, m.Value)
-			if !ok {
-				continue
-			}
-			list := make([]netip.Addr, 0, len(addrs))
-			for i, s := range addrs {
-				a, err := netip.ParseAddr(s)
-				if err != nil {
-					rep.Add(strictjson.Index(mp, i), "%q is not an IP address", s)
-					continue
-				}
-				list = append(list, a)
-			}
-			d.Set[m.Key] = list
-		}
+		readNames(rep, p, sv, d.Set)
 	}
 	if rv, p, ok := o.Field("remove"); ok {
 		d.Remove, _ = rep.Strings(p, rv)

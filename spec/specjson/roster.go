@@ -67,28 +67,7 @@ func readRoster(rep *strictjson.Report, path string, v strictjson.Value) *spec.R
 		r.Zones, _ = rep.Strings(p, zv)
 	}
 	if nv, p, ok := o.Required("names"); ok {
-		names := rep.Object(p, nv)
-		for _, m := range names.Members() {
-			if list, ok := plainAddrs(m.Value); ok { // the common case, without formatting a path
-				r.Names[m.Key] = list
-				continue
-			}
-			mp := strictjson.Join(p, m.Key)
-			addrs, ok := rep.Strings(mp, m.Value)
-			if !ok {
-				continue
-			}
-			list := make([]netip.Addr, 0, len(addrs))
-			for i, s := range addrs {
-				a, err := netip.ParseAddr(s)
-				if err != nil {
-					rep.Add(strictjson.Index(mp, i), "%q is not an IP address", s)
-					continue
-				}
-				list = append(list, a)
-			}
-			r.Names[m.Key] = list
-		}
+		readNames(rep, p, nv, r.Names)
 	}
 	o.Done()
 	return r
@@ -106,6 +85,32 @@ func faults(rep strictjson.Report) error {
 		errs.add(f.Path, "%s", f.Reason)
 	}
 	return errs.err()
+}
+
+// readNames reads an object of names and their address lists at path into
+// names, reporting every fault.
+func readNames(rep *strictjson.Report, path string, v strictjson.Value, names map[string][]netip.Addr) {
+	for _, m := range rep.Object(path, v).Members() {
+		if list, ok := plainAddrs(m.Value); ok { // the common case, without formatting a path
+			names[m.Key] = list
+			continue
+		}
+		mp := strictjson.Join(path, m.Key)
+		addrs, ok := rep.Strings(mp, m.Value)
+		if !ok {
+			continue
+		}
+		list := make([]netip.Addr, 0, len(addrs))
+		for i, s := range addrs {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				rep.Add(strictjson.Index(mp, i), "%q is not an IP address", s)
+				continue
+			}
+			list = append(list, a)
+		}
+		names[m.Key] = list
+	}
 }
 
 // plainAddrs reads an array of address strings, or reports false for
