@@ -315,6 +315,9 @@ func TestRefusesOtherUsers(t *testing.T) {
 	if err := c.Update(roster(1, "10.89.0.7")); !errors.Is(err, ErrUnreachable) {
 		t.Errorf("Update from a refused uid = %v, want ErrUnreachable", err)
 	}
+	if err := c.Apply(&spec.RosterDelta{From: 0, To: 1, Set: map[string][]netip.Addr{"a.internal": {netip.MustParseAddr("10.0.0.1")}}}); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("Apply from a refused uid = %v, want ErrUnreachable", err)
+	}
 	if srv.Generation() != 0 {
 		t.Error("a refused peer's roster was applied")
 	}
