@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/resolver/control"
 	"github.com/meshhost/meshhost/spec"
@@ -28,7 +30,7 @@ type controlService struct {
 	requests []string
 }
 
-func (cs *controlService) serve(t *testing.T, sock string, srv *resolver.Server) (stop func()) {
+func (cs *controlService) serve(t testing.TB, sock string, srv *resolver.Server) (stop func()) {
 	t.Helper()
 	s, err := control.NewServer(control.Config{Resolver: srv})
 	if err != nil {
@@ -158,5 +160,70 @@ func TestDeltasReachTheResolverService(t *testing.T) {
 	}
 	if got := srv2.Roster().Names["new.internal"]; !slices.Equal(got, []netip.Addr{netip.MustParseAddr("10.99.0.1")}) {
 		t.Errorf("new.internal, added at generation 2, is served at %v", got)
+	}
+}
+
+// wholeResolver is a resolver without Apply: the agent sends it whole
+// rosters (Update), as it sent control.Client's before the client took
+// deltas.
+type wholeResolver struct{ Resolver }
+
+// BenchmarkRosterPushService100k times what a roster change of one name
+// costs, at 100,000 names and 2 containers, with the resolver a service
+// of its own behind its control socket (in this process): the
+// declaration delta offered, and the pass that puts it in force and saves
+// it (agent, resolver, journal). "delta" is control.Client (PATCH, the
+// one name); "whole" the same client without Apply, as before (the agent
+// copies its roster, changes it and PUTs all of it; the resolver parses
+// and diffs it). cpu-µs/op is the process's CPU: agent and resolver.
+func BenchmarkRosterPushService100k(b *testing.B) {
+	ctx := context.Background()
+	for _, kind := range []string{"delta", "whole"} {
+		b.Run(kind, func(b *testing.B) {
+			j, err := journal.Open(b.TempDir(), journal.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			sock := filepath.Join(b.TempDir(), "resolver.sock")
+			var svc controlService
+			f := newFixture(b, true, func(c *Config) {
+				c.Journal = j
+				svc.serve(b, sock, c.Resolver.(*resolver.Server))
+				c.Resolver = control.NewClient(control.ClientConfig{Path: sock, Timeout: 10 * time.Second})
+				if kind == "whole" {
+					c.Resolver = wholeResolver{c.Resolver}
+				}
+			})
+			f.push(b, declaration(1, spec.FlagOn, 2, 100000))
+			gen := uint64(1)
+			var cpu time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				gen++
+				doc := fmt.Appendf(nil, `{"schema": 1, "machine": "ace", "generation": %d, "roster_delta": {"from": %d, "generation": %d, "set": {"moved%d.internal": ["10.200.0.1"]}}}`, gen, gen-1, gen, gen)
+				c0 := cpuNow(b)
+				b.StartTimer()
+				if _, err := f.source.Offer(doc, "bench"); err != nil {
+					b.Fatal(err)
+				}
+				rep, err := f.agent.Pass(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				cpu += cpuNow(b) - c0
+				if rep.RosterGeneration != gen || f.srv.Generation() != gen {
+					b.Fatalf("roster %d in force, the resolver serves %d; want %d", rep.RosterGeneration, f.srv.Generation(), gen)
+				}
+				b.StartTimer()
+			}
+			b.StopTimer()
+			if put, patch := svc.count("PUT", "/v1/roster"), svc.count("PATCH", "/v1/roster"); kind == "delta" && put != 0 || kind == "whole" && patch != 0 {
+				b.Fatalf("%s: %d PUT, %d PATCH of the roster", kind, put, patch)
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+		})
 	}
 }
