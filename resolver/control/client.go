@@ -174,6 +174,63 @@ func (c *Client) Update(r *spec.Roster) error {
 	}
 }
 
+// Apply puts the roster delta d in force, as resolver.Server.Apply does:
+// the resolver reads, checks, swaps in and saves d's names alone. It
+// returns nil once the resolver serves and has saved generation d.To; an
+// error wrapping spec.ErrDeltaBase when the resolver serves another
+// generation than d.From (read the roster again, and send what it lacks);
+// one wrapping resolver.ErrStaleGeneration when it serves d.To or newer
+// already (the same delta sent twice changes nothing); and an error naming
+// the generation served otherwise.
+//
+// A resolver older than deltas (HTTP 404 or 405) is sent the whole
+// roster: the one it serves, changed by d.
+func (c *Client) Apply(d *spec.RosterDelta) error {
+	if d == nil {
+		return errors.New("roster delta is nil")
+	}
+	data, err := d.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.ctx(6 * c.cfg.Timeout) // a first delta may hold every name
+	defer cancel()
+	var res RosterResult
+	code, err := c.do(ctx, http.MethodPatch, "/v1/roster", data, &res)
+	switch {
+	case err != nil:
+		return fmt.Errorf("roster delta %d -> %d: %w", d.From, d.To, err)
+	case code == http.StatusOK:
+		return nil
+	case code == http.StatusNotFound || code == http.StatusMethodNotAllowed:
+		return c.applyWhole(ctx, d)
+	case code == http.StatusConflict && res.Conflict == ConflictDeltaBase:
+		return fmt.Errorf("%w: the delta is from generation %d, the resolver serves %d", spec.ErrDeltaBase, d.From, res.Generation)
+	case code == http.StatusConflict:
+		return fmt.Errorf("%w: got a delta to generation %d, serving %d", resolver.ErrStaleGeneration, d.To, res.Generation)
+	default:
+		return fmt.Errorf("roster delta %d -> %d (resolver serves %d): HTTP %d: %s", d.From, d.To, res.Generation, code, res.Error)
+	}
+}
+
+// applyWhole is Apply for a resolver that takes whole rosters only.
+func (c *Client) applyWhole(ctx context.Context, d *spec.RosterDelta) error {
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("roster delta %d -> %d: %w", d.From, d.To, err)
+	}
+	r, err := c.RosterContext(ctx)
+	if err != nil {
+		return fmt.Errorf("roster delta %d -> %d: %w", d.From, d.To, err)
+	}
+	if r == nil {
+		r = &spec.Roster{}
+	}
+	if _, err := r.Apply(d.Normalize()); err != nil {
+		return err
+	}
+	return c.Update(r)
+}
+
 // RosterContext returns the roster the resolver serves; nil, nil before
 // the first.
 func (c *Client) RosterContext(ctx context.Context) (*spec.Roster, error) {

@@ -37,7 +37,7 @@ func roster(gen uint64, addr string) *spec.Roster {
 
 // newResolver returns a resolver that keeps its roster in dir and never
 // forwards off loopback, and never refuses an address (no podman here).
-func newResolver(t *testing.T, dir string) *resolver.Server {
+func newResolver(t testing.TB, dir string) *resolver.Server {
 	t.Helper()
 	rc := filepath.Join(dir, "resolv.conf")
 	os.WriteFile(rc, nil, 0o644)
@@ -54,7 +54,7 @@ func newResolver(t *testing.T, dir string) *resolver.Server {
 
 // serve runs a control Server for srv on a socket in dir and returns it
 // and a Client of it.
-func serve(t *testing.T, dir string, srv *resolver.Server, cfg Config) (*Server, *Client) {
+func serve(t testing.TB, dir string, srv *resolver.Server, cfg Config) (*Server, *Client) {
 	t.Helper()
 	cfg.Resolver = srv
 	if cfg.ExposurePath == "" {
@@ -314,6 +314,9 @@ func TestRefusesOtherUsers(t *testing.T) {
 	c := NewClient(ClientConfig{Path: sock, Timeout: 2 * time.Second})
 	if err := c.Update(roster(1, "10.89.0.7")); !errors.Is(err, ErrUnreachable) {
 		t.Errorf("Update from a refused uid = %v, want ErrUnreachable", err)
+	}
+	if err := c.Apply(&spec.RosterDelta{From: 0, To: 1, Set: map[string][]netip.Addr{"a.internal": {netip.MustParseAddr("10.0.0.1")}}}); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("Apply from a refused uid = %v, want ErrUnreachable", err)
 	}
 	if srv.Generation() != 0 {
 		t.Error("a refused peer's roster was applied")

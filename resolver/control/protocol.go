@@ -122,12 +122,27 @@ type ExposureResult struct {
 	Failed    map[string]string `json:"failed,omitempty"`
 }
 
-// RosterResult is the reply to PUT /v1/roster, and the body of its errors.
+// RosterResult is the reply to PUT and PATCH /v1/roster, and the body of
+// their errors.
 type RosterResult struct {
 	// Generation is the generation served after the request.
 	Generation uint64 `json:"generation"`
 	Error      string `json:"error,omitempty"`
+	// Conflict says why a 409 refused the roster or delta: ConflictNotNewer
+	// or ConflictDeltaBase. A resolver older than deltas leaves it empty,
+	// and means ConflictNotNewer.
+	Conflict string `json:"conflict,omitempty"`
 }
+
+// The reasons of a 409 (RosterResult.Conflict).
+const (
+	// ConflictNotNewer: the generation put is served already, or an older
+	// one (resolver.ErrStaleGeneration).
+	ConflictNotNewer = "not_newer"
+	// ConflictDeltaBase: the delta is from another generation than the one
+	// served (spec.ErrDeltaBase).
+	ConflictDeltaBase = "delta_base"
+)
 
 // Canary is GET /v1/canary.
 type Canary struct {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
 
@@ -33,7 +34,7 @@ type exposureFile struct {
 	Exposure
 }
 
-// DefaultMaxRoster bounds the body of PUT /v1/roster.
+// DefaultMaxRoster bounds the body of PUT and PATCH /v1/roster.
 const DefaultMaxRoster = 256 << 20
 
 // Config is what a Server needs; Resolver is required.
@@ -293,6 +294,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/roster", s.getRoster)
 	mux.HandleFunc("PUT /v1/roster", s.putRoster)
+	mux.HandleFunc("PATCH /v1/roster", s.patchRoster)
 	mux.HandleFunc("GET /v1/exposure", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Exposure())
 	})
@@ -344,9 +346,43 @@ func (s *Server) putRoster(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		writeJSON(w, http.StatusOK, RosterResult{Generation: served})
 	case errors.Is(err, resolver.ErrStaleGeneration):
-		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: err.Error()})
+		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: err.Error(), Conflict: ConflictNotNewer})
 	case served == ro.Generation:
 		// Served, not saved (a full disk): the caller must know both.
+		s.log.Error("roster served but not saved", "roster_generation", served, "err", err)
+		writeJSON(w, http.StatusInternalServerError, RosterResult{Generation: served, Error: err.Error()})
+	default:
+		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: served, Error: err.Error()})
+	}
+}
+
+// patchRoster puts a roster delta in force (resolver.Server.Apply): the
+// change of k names costs the resolver k, where PUT costs it the whole
+// roster. A delta whose From is not the generation served is refused (409,
+// ConflictDeltaBase: the agent reads the roster again and sends what it
+// lacks); one whose To is served already, such as the same delta again, is
+// refused as not newer (409, ConflictNotNewer) and changes nothing.
+func (s *Server) patchRoster(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxRoster))
+	if err != nil {
+		writeJSON(w, http.StatusRequestEntityTooLarge, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: "reading the roster delta: " + err.Error()})
+		return
+	}
+	d, err := specjson.ParseRosterDelta(data)
+	if err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: err.Error()})
+		return
+	}
+	err = s.cfg.Resolver.Apply(d)
+	served := s.cfg.Resolver.Generation()
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, RosterResult{Generation: served})
+	case errors.Is(err, resolver.ErrStaleGeneration):
+		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: err.Error(), Conflict: ConflictNotNewer})
+	case errors.Is(err, spec.ErrDeltaBase):
+		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: err.Error(), Conflict: ConflictDeltaBase})
+	case served == d.To:
 		s.log.Error("roster served but not saved", "roster_generation", served, "err", err)
 		writeJSON(w, http.StatusInternalServerError, RosterResult{Generation: served, Error: err.Error()})
 	default:
