@@ -182,6 +182,12 @@ type Agent struct {
 	// anything acts on it.
 	saveMu   sync.Mutex
 	savedSeq uint64 // the Source's Change last saved in State
+	savedGen uint64 // the declaration generation last saved (the log's last key)
+	baseGen  uint64 // the generation of declaration.json
+	// rosterBehind: a roster that moved without its declaration was not
+	// saved (the log keys deltas by declaration generation), so the next
+	// delta does not follow on from what is saved: it is saved whole.
+	rosterBehind bool
 	// declStore saves the declaration: declaration.json and the log of
 	// deltas beside it. Opened at the first save, which writes it whole.
 	declStore *deltalog.Store
@@ -961,6 +967,9 @@ func (a *Agent) saveDeclaration(head declsource.Head) error {
 			return fmt.Errorf("saving the applied declaration: %w", err)
 		}
 		a.declStore = st
+		if sv := a.cfg.Saved; sv != nil {
+			a.savedGen, a.baseGen = sv.Declaration.Generation, sv.baseGen
+		}
 	}
 	err := func() error {
 		if !ok {
@@ -977,9 +986,22 @@ func (a *Agent) saveDeclaration(head declsource.Head) error {
 			if err := a.declStore.WriteBase(gen, data); err != nil {
 				return err
 			}
+			a.wroteBaseLocked(gen)
 			changes = changes[whole+1:]
 		}
 		for _, c := range changes {
+			if c.Generation <= a.savedGen {
+				// A roster that moved without its declaration (a NATS
+				// roster commit): the log keys deltas by declaration
+				// generation, and declaration.json keeps this
+				// generation's roster as first saved until the next
+				// generation is saved whole. The roster source has it.
+				a.rosterBehind = true
+				continue
+			}
+			if a.rosterBehind {
+				return a.saveWholeLocked()
+			}
 			payload, err := (&spec.DeclarationDelta{Schema: spec.SchemaVersion, Machine: head.Declaration.Machine, Generation: c.Generation, Roster: c.Roster}).MarshalJSON()
 			if err == nil {
 				err = a.declStore.Append(c.Generation, payload)
@@ -990,6 +1012,7 @@ func (a *Agent) saveDeclaration(head declsource.Head) error {
 			if err != nil {
 				return err
 			}
+			a.savedGen = c.Generation
 		}
 		a.savedSeq = head.Seq
 		return nil
@@ -1012,8 +1035,22 @@ func (a *Agent) saveWholeLocked() error {
 	if err := a.declStore.WriteBase(d.Generation, data); err != nil {
 		return err
 	}
+	a.wroteBaseLocked(d.Generation)
 	a.savedSeq = seq
 	return nil
+}
+
+// wroteBaseLocked notes declaration.json written at generation gen, with
+// the roster in force. WriteBase writes no generation at or below the
+// base's (but after a failed append): the roster in force may then not be
+// the one saved, so the next delta is saved whole.
+func (a *Agent) wroteBaseLocked(gen uint64) {
+	syncs.AssertLocked(&a.saveMu)
+	if gen <= a.baseGen {
+		a.rosterBehind = true
+		return
+	}
+	a.baseGen, a.savedGen, a.rosterBehind = gen, max(a.savedGen, gen), false
 }
 
 // compactDeclaration writes the declaration whole once the log of deltas

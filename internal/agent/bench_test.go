@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -138,4 +140,64 @@ func cpuNow(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkNATSRosterChange100k is what one name moving in a NATS roster
+// of 100,000 names costs the agent: the watcher hands the Source the
+// change alone (delta: PutRosterDelta) or the declaration with the whole
+// roster (whole: Put, the only way before PutRosterDelta, and still the
+// one after a declaration change or a gap), then Run's roster loop saves
+// it and puts it in force (rosterNow). The roster the watcher hands over
+// whole is built outside the timer: the watcher's own cost is
+// natssource's BenchmarkWatcherRosterChange100k.
+func BenchmarkNATSRosterChange100k(b *testing.B) {
+	for _, kind := range []string{"delta", "whole"} {
+		b.Run(kind, func(b *testing.B) {
+			f := newFixture(b, true)
+			f.push(b, declaration(1, spec.FlagOn, 2, 100000))
+			decl, _ := f.source.Current()
+			names := decl.Roster.Names
+			gen := decl.Roster.Generation
+			var cpu time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				name := fmt.Sprintf("svc%d.node%d.internal", i%100000, i%100000%50)
+				a := []netip.Addr{netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)})}
+				delta := &spec.RosterDelta{From: gen, To: gen + 1, Set: map[string][]netip.Addr{name: a}}
+				var whole *spec.Declaration
+				if kind == "whole" {
+					next := maps.Clone(names)
+					next[name] = a
+					names = next
+					d := *decl
+					d.Roster = &spec.Roster{Generation: gen + 1, Zones: decl.Roster.Zones, Names: next}
+					whole = &d
+				}
+				gen++
+				c0 := cpuNow(b)
+				b.StartTimer()
+				var err error
+				if kind == "delta" {
+					err = f.source.PutRosterDelta("ace", decl.Generation, delta, "nats")
+				} else {
+					err = f.source.Put(whole, "nats")
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := f.agent.rosterNow(); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				cpu += cpuNow(b) - c0
+				if r := f.srv.Roster(); r.Generation != gen {
+					b.Fatalf("the resolver serves roster %d, want %d", r.Generation, gen)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+		})
+	}
 }

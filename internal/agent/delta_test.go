@@ -435,3 +435,64 @@ func TestRosterLoopWithCopyMode(t *testing.T) {
 		}
 	}
 }
+
+// TestRosterDeltaAlone: a roster that moves without its declaration (a
+// NATS roster commit, PutRosterDelta) reaches the resolver as a delta and
+// never fails the save (the declaration's log keys deltas by declaration
+// generation, so declaration.json is not rewritten for it); the next
+// declaration delta after it is saved whole, so what is saved reads back
+// as the declaration in force.
+func TestRosterDeltaAlone(t *testing.T) {
+	f := newFixture(t, true)
+	f.push(t, declaration(1, spec.FlagOn, 2, 20))
+	declBefore, _ := readFile(statedir.New(f.state).Declaration())
+	a := netip.MustParseAddr("10.99.0.1")
+	for i, d := range []*spec.RosterDelta{
+		{From: 1, To: 2, Set: map[string][]netip.Addr{"new.internal": {a}}},
+		{From: 2, To: 3, Remove: []string{"svc3.node3.internal"}},
+	} {
+		if err := f.source.PutRosterDelta("ace", 1, d, "nats"); err != nil {
+			t.Fatalf("PutRosterDelta #%d: %v", i, err)
+		}
+		if err := f.agent.rosterNow(); err != nil {
+			t.Fatalf("rosterNow after roster delta #%d: %v", i, err)
+		}
+	}
+	if _, err := f.agent.Pass(context.Background()); err != nil {
+		t.Fatalf("Pass after roster deltas: %v", err)
+	}
+	served := f.srv.Roster()
+	want, _ := f.source.Roster()
+	if diff := cmp.Diff(want, served, cmpRoster...); diff != "" || served.Generation != 3 {
+		t.Fatalf("the resolver serves roster %d (-declared +served):\n%s", served.Generation, diff)
+	}
+	if after, _ := readFile(statedir.New(f.state).Declaration()); after != declBefore {
+		t.Error("a roster delta rewrote declaration.json")
+	}
+	if sv, err := LoadSaved(statedir.New(f.state)); err != nil || sv.broken || sv.Declaration.Generation != 1 {
+		t.Fatalf("LoadSaved after roster deltas = %+v, %v", sv, err)
+	}
+
+	// The next declaration, as a delta from the roster in force: saved
+	// whole, since the log does not follow on from the roster saved.
+	f.push(t, deltaDoc(2, 3, 4, map[string]string{"newer.internal": "10.99.0.2"}))
+	sv, err := LoadSaved(statedir.New(f.state))
+	if err != nil || sv.broken {
+		t.Fatalf("LoadSaved = %+v, %v", sv, err)
+	}
+	cur, _ := f.source.Current()
+	if diff := cmp.Diff(cur, sv.Declaration, cmpRoster...); diff != "" {
+		t.Fatalf("LoadSaved (-in force +saved):\n%s", diff)
+	}
+	// And deltas after it append again.
+	declAfter, _ := readFile(statedir.New(f.state).Declaration())
+	f.push(t, deltaDoc(3, 4, 5, map[string]string{"newest.internal": "10.99.0.3"}))
+	if after, _ := readFile(statedir.New(f.state).Declaration()); after != declAfter {
+		t.Error("a declaration delta after the whole save rewrote declaration.json; want it appended")
+	}
+	sv, _ = LoadSaved(statedir.New(f.state))
+	cur, _ = f.source.Current()
+	if diff := cmp.Diff(cur, sv.Declaration, cmpRoster...); diff != "" {
+		t.Fatalf("LoadSaved after the next delta (-in force +saved):\n%s", diff)
+	}
+}

@@ -94,6 +94,15 @@
 // one it last read at that revision, and reads the bucket whole again;
 // the controller's next publish restores what was lost.
 //
+// # The agent
+//
+// A Watcher hands the machine's declaration, with the roster in force, to
+// its Sink whenever either changes. A DeltaSink (the agent's declaration
+// source) that took the roster a commit changes gets that change alone
+// (DeltaSink.PutRosterDelta): one name moving costs the agent that name,
+// not the roster. The first declaration, a change of the machine's
+// declaration, and a commit after a gap go whole.
+//
 // # Server versions
 //
 // Only core JetStream operations are used (stream info, direct get,

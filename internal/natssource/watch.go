@@ -30,6 +30,17 @@ type Sink interface {
 	Put(d *spec.Declaration, origin string) error
 }
 
+// DeltaSink is a Sink that also takes a roster change alone, as a delta
+// from the roster it holds, at the cost of the change rather than of the
+// roster; *declsource.Source. PutRosterDelta refuses a delta that does
+// not apply to the roster it holds, or to the declaration generation it
+// holds, with an error matching spec.ErrDeltaBase: the watcher then puts
+// the whole declaration. It owns d once called.
+type DeltaSink interface {
+	Sink
+	PutRosterDelta(machine string, declGen uint64, d *spec.RosterDelta, origin string) error
+}
+
 // Snapshot is a roster in force, with where it was committed. Its Names
 // are shared with the watcher and with other snapshots: never modify them.
 type Snapshot struct {
@@ -55,7 +66,8 @@ type Config struct {
 	// bucket; "" reads the roster only.
 	Machine string
 	// Sink, when set, receives the declaration with the roster in force
-	// each time either changes (once both are known).
+	// each time either changes (once both are known). A DeltaSink that
+	// took the roster a commit changes receives that change alone.
 	Sink Sink
 	// OnChange, when set, is called with each applied roster change, in
 	// order, from the watcher's goroutine. It must not block for long.
@@ -98,6 +110,14 @@ type Watcher struct {
 	suspect        *CommitError
 	refusedLogged  string
 	lastProblemLog string
+	// delivered is what the sink last took: a roster change from its
+	// roster generation, with its declaration generation, is a delta.
+	delivered delivery
+}
+
+// delivery is a declaration the sink took; zero when none (or refused).
+type delivery struct {
+	declGen, rosterGen uint64
 }
 
 // healthState is the watch's liveness: down is zero while it is live.
@@ -502,13 +522,10 @@ func (w *Watcher) evaluate(caughtUp bool) (resync bool) {
 	if ch != nil {
 		w.suspect = nil
 	}
-	var sn *Snapshot
 	var decl *spec.Declaration
 	if ch != nil {
 		w.refusedLogged = ""
-		if w.cfg.Sink != nil {
-			sn, decl = w.roster.snapshot(), w.decl
-		}
+		decl = w.decl
 	}
 	w.mu.Unlock()
 	if err != nil {
@@ -526,8 +543,59 @@ func (w *Watcher) evaluate(caughtUp bool) (resync bool) {
 	if w.cfg.OnChange != nil {
 		w.cfg.OnChange(ch)
 	}
-	w.deliver(decl, sn)
+	w.deliverChange(decl, ch)
 	return false
+}
+
+// deliverChange hands an applied roster change to the sink: as a delta
+// when the sink took the roster it changes with this declaration (what
+// it costs is the change), else with the whole declaration (as deliver).
+func (w *Watcher) deliverChange(decl *spec.Declaration, ch *Change) {
+	if w.cfg.Sink == nil || decl == nil {
+		return
+	}
+	ds, ok := w.cfg.Sink.(DeltaSink)
+	w.mu.Lock()
+	last := w.delivered
+	w.mu.Unlock()
+	if ok && last == (delivery{decl.Generation, ch.Previous}) && ch.Previous != 0 {
+		err := ds.PutRosterDelta(decl.Machine, decl.Generation, deltaOf(ch), w.origin)
+		if err == nil {
+			w.setDelivered(delivery{decl.Generation, ch.Generation})
+			return
+		}
+		if !errors.Is(err, spec.ErrDeltaBase) {
+			w.setDelivered(delivery{})
+			w.log.Warn("roster change not taken", "declaration_generation", decl.Generation, "roster_generation", ch.Generation, "err", err)
+			return
+		}
+		// The sink's roster moved by another way: put whole.
+		w.log.Debug("roster change put whole", "declaration_generation", decl.Generation, "roster_generation", ch.Generation, "why", err)
+	}
+	// The roster in force is ch's: only this goroutine changes it.
+	w.mu.Lock()
+	sn := w.roster.snapshot()
+	w.mu.Unlock()
+	w.deliver(decl, sn)
+}
+
+// deltaOf is ch as a roster delta, sharing its names and addresses
+// (neither is ever changed once applied).
+func deltaOf(ch *Change) *spec.RosterDelta {
+	d := &spec.RosterDelta{From: ch.Previous, To: ch.Generation, Set: ch.Set, Remove: ch.Removed}
+	if ch.ZonesChanged {
+		d.Zones = ch.Zones
+		if d.Zones == nil {
+			d.Zones = []string{}
+		}
+	}
+	return d
+}
+
+func (w *Watcher) setDelivered(d delivery) {
+	w.mu.Lock()
+	w.delivered = d
+	w.mu.Unlock()
 }
 
 // settle decides on a commit that did not add up once the watch was
@@ -622,8 +690,11 @@ func (w *Watcher) deliver(decl *spec.Declaration, sn *Snapshot) {
 	d := *decl
 	d.Roster = sn.Roster()
 	if err := w.cfg.Sink.Put(&d, w.origin); err != nil {
+		w.setDelivered(delivery{})
 		w.log.Warn("declaration not taken", "declaration_generation", d.Generation, "roster_generation", sn.Generation, "err", err)
+		return
 	}
+	w.setDelivered(delivery{d.Generation, sn.Generation})
 }
 
 // parseMachineDeclaration reads a machine's declaration as the machines

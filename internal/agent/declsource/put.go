@@ -1,6 +1,7 @@
 package declsource
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/meshhost/meshhost/spec"
@@ -70,6 +71,96 @@ func (s *Source) put(d *spec.Declaration, origin string) error {
 	s.mu.Unlock()
 	s.logger.Debug("declaration accepted", "origin", origin, "machine", d.Machine, "declaration_generation", d.Generation,
 		"roster_generation", d.Roster.Generation, "containers", len(d.Containers), "mesh_names", d.MeshNames, "names_changed", delta.Len())
+	s.signal()
+	return nil
+}
+
+// PutRosterDelta puts in force the roster in force changed by d, the rest
+// of the declaration unchanged: the roster of a source whose roster moves
+// without the declaration (natssource), as a change that is parsed and
+// valid already. It is judged as a pushed declaration delta is: machine
+// must be the declaration's in force, declGen its generation, and d must
+// apply to the roster in force (d.From); else it is refused, ErrDeltaBase
+// for a roster in force of another generation (or none, or a newer
+// declaration: those are Put whole), ErrStale for an older one. The same
+// roster generation again changes nothing. On error nothing changes, and
+// the refusal is counted by its Refusal.
+//
+// It costs what d changes, not the roster: the roster in force is changed
+// in place, and the Change recorded is not Whole. d becomes the Source's
+// (the Change holds it): the caller must not modify it afterwards.
+func (s *Source) PutRosterDelta(machine string, declGen uint64, d *spec.RosterDelta, origin string) error {
+	err := s.putRosterDelta(machine, declGen, d, origin)
+	if err != nil {
+		s.refused.WithLabelValues(string(refusalOf(err))).Inc()
+	}
+	return err
+}
+
+func (s *Source) putRosterDelta(machine string, declGen uint64, d *spec.RosterDelta, origin string) error {
+	if d == nil {
+		return fmt.Errorf("roster delta from %s: none", origin)
+	}
+	if err := s.checkMachine(machine); err != nil {
+		return err
+	}
+	if err := d.Validate(); err != nil { // the cost of d
+		return fmt.Errorf("roster delta from %s: %w", origin, err)
+	}
+	s.changeMu.Lock()
+	defer s.changeMu.Unlock()
+	s.mu.Lock()
+	cur, srv := s.current, s.served
+	s.mu.Unlock()
+	if cur == nil {
+		return &refused{RefusedDeltaBase, fmt.Errorf("roster generation %d: no declaration is in force to apply a roster delta to; put the whole declaration: %w", d.To, ErrDeltaBase)}
+	}
+	if err := checkMachineInForce(cur, machine); err != nil {
+		return err
+	}
+	switch {
+	case declGen < cur.Generation:
+		return olderThan(declGen, cur.Generation)
+	case declGen > cur.Generation:
+		return &refused{RefusedDeltaBase, fmt.Errorf("generation %d: the declaration in force is generation %d; a roster delta changes no declaration, put the whole one: %w", declGen, cur.Generation, ErrDeltaBase)}
+	case d.To == cur.Roster.Generation:
+		return nil // the same change again
+	case d.To < cur.Roster.Generation:
+		return &ConflictError{Refusal: RefusedRosterOlder, Faults: []*spec.FieldError{{
+			Path:   "roster_delta.to",
+			Reason: fmt.Sprintf("%d is older than roster generation %d, in force in declaration %d; rosters never go back", d.To, cur.Roster.Generation, cur.Generation),
+		}}}
+	case d.From != cur.Roster.Generation:
+		return &deltaBaseError{from: d.From, inForce: cur.Roster.Generation}
+	}
+	if srv.gen != 0 && d.To <= srv.gen && srv.gen != cur.Roster.Generation {
+		// As in offerDelta: the resolver serves a newer roster than the
+		// one in force.
+		return &ConflictError{Refusal: RefusedRosterOlder, Faults: []*spec.FieldError{{
+			Path:   "roster_delta.to",
+			Reason: fmt.Sprintf("%d is not newer than roster generation %d, served; rosters never go back: put the whole declaration", d.To, srv.gen),
+		}}}
+	}
+	var faults []error
+	for i, name := range d.Remove {
+		if _, ok := cur.Roster.Names[name]; !ok {
+			faults = append(faults, &spec.FieldError{Path: fmt.Sprintf("roster_delta.remove[%d]", i),
+				Reason: fmt.Sprintf("%q is not in roster generation %d", name, cur.Roster.Generation)})
+		}
+	}
+	if len(faults) > 0 {
+		return errors.Join(faults...)
+	}
+	next := *cur
+	undo, err := next.Roster.Apply(d) // in place: the roster is the Source's own
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.recordLocked(&next, origin, Change{Generation: cur.Generation, Roster: d, Undo: undo})
+	s.mu.Unlock()
+	s.logger.Debug("roster delta accepted", "origin", origin, "machine", machine, "declaration_generation", declGen,
+		"roster_generation", d.To, "set", len(d.Set), "removed", len(d.Remove))
 	s.signal()
 	return nil
 }

@@ -3,7 +3,13 @@ package declsource
 import (
 	"errors"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshhost/meshhost/spec"
 )
@@ -55,5 +61,105 @@ func TestPut(t *testing.T) {
 				t.Error("Document() after Put is not nil: the agent would save bytes of another declaration")
 			}
 		})
+	}
+}
+
+// TestPutRosterDelta: a roster change alone is applied to the roster in
+// force in place and recorded as a delta (not Whole), at the declaration
+// generation in force; what does not apply is refused as a pushed delta
+// is, with the same refusal reasons counted, and changes nothing.
+func TestPutRosterDelta(t *testing.T) {
+	a1, a9 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.9")
+	reg := prometheus.NewRegistry()
+	s := New(Config{Machine: "ace", Registerer: reg})
+	if err := s.PutRosterDelta("ace", 5, &spec.RosterDelta{From: 0, To: 3, Set: map[string][]netip.Addr{"a.internal": {a1}}}, "nats"); !errors.Is(err, ErrDeltaBase) || !errors.Is(err, spec.ErrDeltaBase) {
+		t.Errorf("PutRosterDelta before any declaration = %v, want ErrDeltaBase (and spec.ErrDeltaBase)", err)
+	}
+	d := &spec.Declaration{Schema: 1, Machine: "ace", Generation: 5, MeshNames: spec.FlagOff,
+		Roster: &spec.Roster{Generation: 3, Zones: []string{"internal"}, Names: map[string][]netip.Addr{"a.internal": {a1}, "b.internal": {a1}}}}
+	if err := s.Put(d, "nats"); err != nil {
+		t.Fatal(err)
+	}
+	<-s.Changed()
+	_, seq := s.Roster()
+
+	delta := &spec.RosterDelta{From: 3, To: 4, Set: map[string][]netip.Addr{"a.internal": {a9}, "c.internal": {a1}}, Remove: []string{"b.internal"}}
+	if err := s.PutRosterDelta("ace", 5, delta, "nats"); err != nil {
+		t.Fatalf("PutRosterDelta(3 -> 4) = %v", err)
+	}
+	select {
+	case <-s.Changed():
+	default:
+		t.Error("Changed not signalled")
+	}
+	cur, origin := s.Current()
+	want := map[string][]netip.Addr{"a.internal": {a9}, "c.internal": {a1}}
+	if diff := cmp.Diff(want, cur.Roster.Names, cmpopts.EquateComparable(netip.Addr{})); diff != "" || cur.Generation != 5 || cur.Roster.Generation != 4 || origin != "nats" {
+		t.Errorf("in force: generation %d, roster %d, origin %q, names (-want +got):\n%s", cur.Generation, cur.Roster.Generation, origin, diff)
+	}
+	changes, ok := s.ChangesSince(seq)
+	if !ok || len(changes) != 1 {
+		t.Fatalf("ChangesSince = %d changes, %v; want 1", len(changes), ok)
+	}
+	if c := changes[0]; c.Whole || c.Generation != 5 || c.Roster != delta || c.Undo.From != 4 || c.Undo.To != 3 ||
+		!slices.Equal(c.Undo.Remove, []string{"c.internal"}) || len(c.Undo.Set) != 2 {
+		t.Errorf("recorded change = %+v, undo %+v; want the delta itself, not Whole, at declaration generation 5", c, c.Undo)
+	}
+	if err := s.PutRosterDelta("ace", 5, delta, "nats"); err != nil {
+		t.Errorf("the same delta again = %v, want no fault", err)
+	}
+	if again, _ := s.ChangesSince(seq + 1); len(again) != 0 {
+		t.Errorf("the same delta again recorded %d changes", len(again))
+	}
+
+	one := func(from, to uint64) *spec.RosterDelta {
+		return &spec.RosterDelta{From: from, To: to, Set: map[string][]netip.Addr{"d.internal": {a1}}}
+	}
+	for _, tc := range []struct {
+		name    string
+		machine string
+		declGen uint64
+		d       *spec.RosterDelta
+		is      error
+		refusal Refusal
+		reason  string
+	}{
+		{"from another roster", "ace", 5, one(2, 6), ErrDeltaBase, RefusedDeltaBase, "roster_delta.from: 2, but the roster in force is generation 4"},
+		{"older roster", "ace", 5, one(1, 2), ErrStale, RefusedRosterOlder, "roster_delta.to: 2 is older than roster generation 4"},
+		{"older declaration", "ace", 4, one(4, 5), ErrStale, RefusedOlder, "generation: 4 is older than generation 5"},
+		{"newer declaration", "ace", 6, one(4, 5), ErrDeltaBase, RefusedDeltaBase, "the declaration in force is generation 5"},
+		{"another machine", "bob", 5, one(4, 5), nil, RefusedOtherMachine, `machine: "bob" is another machine`},
+		{"removes a name not there", "ace", 5, &spec.RosterDelta{From: 4, To: 5, Remove: []string{"b.internal"}}, nil, RefusedInvalid, `roster_delta.remove[0]: "b.internal" is not in roster generation 4`},
+		{"invalid", "ace", 5, &spec.RosterDelta{From: 4, To: 5, Set: map[string][]netip.Addr{"-bad-": {a1}}}, nil, RefusedInvalid, "-bad-"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := refusedCounts(t, reg)
+			err := s.PutRosterDelta(tc.machine, tc.declGen, tc.d, "nats")
+			if err == nil || tc.is != nil && !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.reason) {
+				t.Errorf("PutRosterDelta = %v, want %v saying %q", err, tc.is, tc.reason)
+			}
+			if got := refusalOf(err); got != tc.refusal {
+				t.Errorf("refusal = %q, want %q", got, tc.refusal)
+			}
+			if after := refusedCounts(t, reg); after[string(tc.refusal)] != before[string(tc.refusal)]+1 {
+				t.Errorf("refused{reason=%q} went from %v to %v, want one more", tc.refusal, before[string(tc.refusal)], after[string(tc.refusal)])
+			}
+			cur, _ := s.Current()
+			if cur.Generation != 5 || cur.Roster.Generation != 4 || len(cur.Roster.Names) != 2 {
+				t.Errorf("after a refusal: generation %d, roster %d, %d names; want 5, 4, 2 (unchanged)", cur.Generation, cur.Roster.Generation, len(cur.Roster.Names))
+			}
+		})
+	}
+
+	// A roster older than the one the resolver serves is refused too.
+	s.SetServed(9, nil)
+	if err := s.PutRosterDelta("ace", 5, one(4, 5), "nats"); refusalOf(err) != RefusedRosterOlder || !errors.Is(err, ErrStale) {
+		t.Errorf("PutRosterDelta(4 -> 5) with 9 served = %v, want roster_older", err)
+	}
+	// A declaration change after deltas is still Put whole.
+	d2 := *d
+	d2.Generation, d2.Roster = 6, &spec.Roster{Generation: 10, Names: map[string][]netip.Addr{"a.internal": {a9}}}
+	if err := s.Put(&d2, "nats"); err != nil {
+		t.Errorf("Put(generation 6) after deltas = %v", err)
 	}
 }

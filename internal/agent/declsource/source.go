@@ -47,8 +47,15 @@ var ErrStale = errors.New("declaration generation is older than the one in force
 // ErrDeltaBase is returned for a declaration delta that does not apply to
 // the declaration in force: its roster delta is from another roster
 // generation, or no declaration is in force yet. The controller sends the
-// whole declaration (or a delta from the roster generation in force).
-var ErrDeltaBase = errors.New("the roster delta does not apply to the roster in force")
+// whole declaration (or a delta from the roster generation in force). It
+// matches spec.ErrDeltaBase too, so that a source that knows only spec
+// (natssource) tells it from other refusals.
+var ErrDeltaBase error = deltaBase{}
+
+type deltaBase struct{}
+
+func (deltaBase) Error() string        { return "the roster delta does not apply to the roster in force" }
+func (deltaBase) Is(target error) bool { return target == spec.ErrDeltaBase }
 
 // Source holds the newest valid declaration and tells a listener when it
 // changes.
