@@ -163,38 +163,36 @@ func (r *Reconciler) planObserved(ctx context.Context, desired []spec.Rendered, 
 	} else {
 		p.entries = (*memo)(nil).entriesFor(sh)
 	}
-	// Each container's identity, once: the planner asks for it several
-	// times per container. A declared name's is in its entry while the
-	// same container holds it.
-	all := make([]seen, len(observed))
-	p.at = make([]*seen, len(desired))
+	// Each container by the name it holds: at, by index in desired, for
+	// a declared name, in the order the next steps read them; others, for
+	// the rest. A declared name's holder is judged (its identity) with its
+	// entry, by toInspect.
+	p.at = r.takeSeen(len(desired))
+	defer r.putSeen(p.at)
 	for i := range observed {
 		o := &observed[i]
-		s := &all[i]
-		s.Observed = o
-		j, declared := sh.declared[o.Name]
-		if e := p.entryAt(j, declared); e != nil && e.cid == o.ID {
-			s.labelled, s.id = e.labelled, e.id
-		} else {
-			s.labelled, s.id = identityScan(o, p.owner)
-		}
-		if a, ok := p.adopted[o.ID]; ok {
-			s.id, s.adopted = identity{managed: true, digest: a.Digest, record: a.Record}, true
-		}
-		switch {
-		case o.State == StateRemoving && s.id.managed:
-			// It can only be removed: its name is as good as free.
-			p.removing = append(p.removing, o)
-		case declared:
-			p.at[j] = s
-		default:
-			p.others = append(p.others, s)
-			if base, ok := strings.CutSuffix(o.Name, AsideSuffix); ok {
-				if p.asides == nil {
-					p.asides = map[string]*seen{}
-				}
-				p.asides[base] = s
+		if o.State == StateRemoving {
+			if _, id := p.identity(o); id.managed {
+				// It can only be removed: its name is as good as free.
+				p.removing = append(p.removing, o)
+				continue
 			}
+		}
+		if j, ok := sh.declared[o.Name]; ok {
+			p.at[j] = seen{Observed: *o, held: true}
+			continue
+		}
+		s := seen{Observed: *o}
+		s.labelled, s.id = p.identity(o)
+		p.others = append(p.others, s)
+	}
+	for i := range p.others {
+		s := &p.others[i]
+		if base, ok := strings.CutSuffix(s.Name, AsideSuffix); ok {
+			if p.asides == nil {
+				p.asides = map[string]*seen{}
+			}
+			p.asides[base] = s
 		}
 	}
 	if ids := p.toInspect(); len(ids) > 0 {
@@ -208,13 +206,21 @@ func (r *Reconciler) planObserved(ctx context.Context, desired []spec.Rendered, 
 	return plan, nil
 }
 
-// entryAt returns the entry of the declared container at index j, if
-// declared.
-func (p *planner) entryAt(j int, declared bool) *entry {
-	if !declared {
-		return nil
+// takeSeen returns a buffer for planner.at of n elements, empty: the
+// last plan's when it is free. 10,000 copies of containers are worth not
+// allocating (and collecting) every plan.
+func (r *Reconciler) takeSeen(n int) []seen {
+	if b := r.spareSeen.Swap(nil); b != nil && cap(*b) >= n {
+		return (*b)[:n]
 	}
-	return p.entries[j]
+	return make([]seen, n)
+}
+
+// putSeen empties at, so that it keeps no container alive, for the next
+// plan (takeSeen). Nothing a plan returns refers to it.
+func (r *Reconciler) putSeen(at []seen) {
+	clear(at)
+	r.spareSeen.Store(&at)
 }
 
 // remember publishes this plan's entries for the next plan (not the full
@@ -276,8 +282,8 @@ func (r *Reconciler) inspectAll(ctx context.Context, ids []string) (map[string]I
 type planner struct {
 	desired   []spec.Rendered
 	shape     *shape
-	at        []*seen                   // by index in desired: the container holding its name; nil: none
-	others    []*seen                   // the containers holding names not declared
+	at        []seen                    // by index in desired: the container holding its name, if held
+	others    []seen                    // the containers holding names not declared
 	adopted   map[string]Adoption       // by container ID
 	updated   map[string]spec.Resources // by container ID: resources set in place
 	inspected map[string]Inspected      // by container ID
@@ -293,7 +299,11 @@ type planner struct {
 
 // seen is an observed container as the planner judges it.
 type seen struct {
-	*Observed
+	// Observed is a copy: the planner reads the containers by index in
+	// desired, and a copy at hand costs less than one fetched from
+	// anywhere in List's answer.
+	Observed
+	held     bool     // in planner.at: a container holds the name
 	labelled bool     // ManagedBy its labels
 	id       identity // identityOf
 	adopted  bool     // id is its adoption's, not its labels'
@@ -301,6 +311,16 @@ type seen struct {
 	// declared container's (digest.Record): it matches, in the current
 	// digest version. toInspect finds out.
 	current bool
+}
+
+// identity returns ManagedBy(*o, p.owner) and identityOf(o, p.adopted,
+// p.owner), reading o's labels once.
+func (p *planner) identity(o *Observed) (labelled bool, id identity) {
+	labelled, id = identityScan(o, p.owner)
+	if a, ok := p.adopted[o.ID]; ok {
+		id = identity{managed: true, digest: a.Digest, record: a.Record}
+	}
+	return labelled, id
 }
 
 // entry returns the entry of the declared container at index j, held by
@@ -320,7 +340,7 @@ func (p *planner) entry(j int, s *seen) *entry {
 	if e != nil && e.cid == s.ID {
 		n.labelled, n.id = e.labelled, e.id // the same container: the same labels
 	} else {
-		n.labelled, n.id = identityScan(s.Observed, p.owner)
+		n.labelled, n.id = identityScan(&s.Observed, p.owner)
 	}
 	n.current = n.labelled && n.id.record == n.label
 	p.entries[j] = n
@@ -344,11 +364,18 @@ func (p *planner) record(d *spec.Rendered) string {
 // passes, which decide then keeps as they are.
 func (p *planner) toInspect() []string {
 	var ids []string
-	for j, s := range p.at {
-		if s == nil {
+	for j := range p.at {
+		s := &p.at[j]
+		if !s.held {
 			continue
 		}
 		e := p.entry(j, s)
+		// Labels are read once per container (its entry's), an adoption
+		// every time: one made in the last pass counts.
+		s.labelled, s.id = e.labelled, e.id
+		if a, ok := p.adopted[s.ID]; ok {
+			s.id, s.adopted = identity{managed: true, digest: a.Digest, record: a.Record}, true
+		}
 		if s.State == StateRemoving || p.aside(p.desired[j].Name) != nil {
 			continue
 		}
@@ -389,14 +416,15 @@ func (p *planner) plan() *Plan {
 // dependants first, and counts the unmanaged ones left alone.
 func (p *planner) removals(unmanaged *int) []Action {
 	gone := map[string]*Observed{}
-	for _, o := range p.others {
+	for i := range p.others {
+		o := &p.others[i]
 		if base, aside := strings.CutSuffix(o.Name, AsideSuffix); aside {
 			if _, ok := p.shape.declared[base]; ok && p.aside(base) != nil {
 				continue
 			}
 		}
 		if o.labelled {
-			gone[o.Name] = o.Observed
+			gone[o.Name] = &o.Observed
 		} else {
 			*unmanaged++
 		}
@@ -453,7 +481,7 @@ func (p *planner) unfinished() []Action {
 // meshhost's, and is never touched.
 func (p *planner) aside(name string) *Observed {
 	if o := p.asides[name]; o != nil && o.id.managed {
-		return o.Observed
+		return &o.Observed
 	}
 	return nil
 }
@@ -461,7 +489,11 @@ func (p *planner) aside(name string) *Observed {
 // actionFor decides what to do for the declared container at index j.
 func (p *planner) actionFor(j int) Action {
 	d := &p.desired[j]
-	a := p.decide(d, p.at[j])
+	var s *seen
+	if p.at[j].held {
+		s = &p.at[j]
+	}
+	a := p.decide(d, s)
 	if a.Kind != Replace {
 		return a
 	}
@@ -486,7 +518,7 @@ func (p *planner) decide(d *spec.Rendered, s *seen) Action {
 	a := Action{Name: d.Name, Desired: d, DependsOn: d.DependsOn}
 	var o *Observed
 	if s != nil {
-		o = s.Observed
+		o = &s.Observed
 	}
 	if aside := p.aside(d.Name); aside != nil {
 		return p.recover(a, o, aside)

@@ -103,6 +103,8 @@ type Reconciler struct {
 	state   state
 	// memo is what the last plan leaves for the next (see shape).
 	memo atomic.Pointer[memo]
+	// spareSeen is a plan's buffer for the next (takeSeen).
+	spareSeen atomic.Pointer[[]seen]
 	// fullPath turns the plan's fast paths off (tests: the differential
 	// test compares both).
 	fullPath bool
