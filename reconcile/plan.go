@@ -317,10 +317,17 @@ type seen struct {
 // p.owner), reading o's labels once.
 func (p *planner) identity(o *Observed) (labelled bool, id identity) {
 	labelled, id = identityScan(o, p.owner)
-	if a, ok := p.adopted[o.ID]; ok {
-		id = identity{managed: true, digest: a.Digest, record: a.Record}
-	}
+	id, _ = p.adoptedAs(o.ID, id)
 	return labelled, id
+}
+
+// adoptedAs returns what this Reconciler's adoption of container cid
+// recorded, if it adopted it, and otherwise id (its labels').
+func (p *planner) adoptedAs(cid string, id identity) (_ identity, adopted bool) {
+	if a, ok := p.adopted[cid]; ok {
+		return identity{managed: true, digest: a.Digest, record: a.Record}, true
+	}
+	return id, false
 }
 
 // entry returns the entry of the declared container at index j, held by
@@ -370,12 +377,10 @@ func (p *planner) toInspect() []string {
 			continue
 		}
 		e := p.entry(j, s)
-		// Labels are read once per container (its entry's), an adoption
+		// Labels are read once per container (its entry's), adoptions
 		// every time: one made in the last pass counts.
-		s.labelled, s.id = e.labelled, e.id
-		if a, ok := p.adopted[s.ID]; ok {
-			s.id, s.adopted = identity{managed: true, digest: a.Digest, record: a.Record}, true
-		}
+		s.labelled = e.labelled
+		s.id, s.adopted = p.adoptedAs(s.ID, e.id)
 		if s.State == StateRemoving || p.aside(p.desired[j].Name) != nil {
 			continue
 		}
