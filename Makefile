@@ -18,7 +18,7 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILDINFO := github.com/meshhost/meshhost/internal/plumbing/buildinfo
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)
 
-.PHONY: test vet demo fuzz fuzz-short build deb release-tests man
+.PHONY: test vet demo fuzz fuzz-short bench-smoke build deb release-tests man
 
 # build: meshhost; meshhost-resolver (`meshhost resolver` without the podman
 # client, for running the resolver alone); and the static probe binary the
@@ -71,7 +71,13 @@ test:
 	CGO_ENABLED=1 go test -race -count=1 -run '^$$' ./... >/dev/null; \
 	scripts/podman-tests $(PODMAN); \
 	scripts/release-tests; \
-	$(MAKE) --no-print-directory fuzz-short
+	$(MAKE) --no-print-directory bench-smoke fuzz-short
+
+# bench-smoke: every benchmark once, so that one which no longer runs (a
+# limit it outgrew, an API it missed) fails the build, not the next person
+# who measures. The figures of one iteration mean nothing.
+bench-smoke:
+	@set -o pipefail; go test -run '^$$' -bench . -benchtime 1x ./... | grep -E '^(ok|FAIL|--- |panic)'
 
 # fuzz: each fuzz target for FUZZTIME (default 30s); fuzz-short is CI's brief run.
 fuzz:

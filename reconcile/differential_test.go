@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,11 +69,20 @@ func TestPlanFastPathDifferential(t *testing.T) {
 			rt := memory.New(memory.Options{})
 			r := newReconciler(t, rt, func(c *reconcile.Config) { c.Owner = "ace" })
 			names := []string{}
-			cs := map[string]spec.Container{}
 			for i := range 5 + rng.IntN(20) {
-				n := fmt.Sprintf("c%02d", i)
-				cs[n] = randomContainer(rng, n, names)
-				names = append(names, n)
+				names = append(names, fmt.Sprintf("c%02d", i))
+			}
+			// A container depends only on containers of a lower rank (no
+			// cycle), ranked unlike their names: the plan's order is not
+			// the names', and changes when dependencies do.
+			rank := rng.Perm(len(names))
+			lower := func(n string) []string {
+				r := rank[slices.Index(names, n)]
+				return slices.DeleteFunc(slices.Clone(names), func(o string) bool { return rank[slices.Index(names, o)] >= r })
+			}
+			cs := map[string]spec.Container{}
+			for _, n := range names {
+				cs[n] = randomContainer(rng, n, lower(n))
 			}
 			modes := map[string]spec.Mode{}
 			rost := roster(1, "a.internal", "b.internal")
@@ -80,17 +90,27 @@ func TestPlanFastPathDifferential(t *testing.T) {
 			for step := range 40 {
 				// The declaration moves: some containers change, come, go.
 				for range rng.IntN(4) {
-					switch n := names[rng.IntN(len(names))]; rng.IntN(6) {
+					switch n := names[rng.IntN(len(names))]; rng.IntN(7) {
 					case 0:
 						delete(cs, n)
+					case 2:
+						// One name goes, another comes: as many names, not the same.
+						if _, ok := cs[n]; ok {
+							for _, m := range names {
+								if _, ok := cs[m]; !ok {
+									delete(cs, n)
+									cs[m] = randomContainer(rng, m, lower(m))
+									break
+								}
+							}
+						}
 					case 1:
 						if c, ok := cs[n]; ok {
 							c.Resources.PidsLimit += 100 // updated in place
 							cs[n] = c
 						}
 					default:
-						// Depending only on containers named before it: no cycle.
-						cs[n] = randomContainer(rng, n, names[:slices.Index(names, n)])
+						cs[n] = randomContainer(rng, n, lower(n))
 					}
 				}
 				if rng.IntN(5) == 0 {
@@ -189,3 +209,52 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 }
 
 var _ = netip.Addr{}
+
+// TestPlanFastPathConcurrent: plans made at the same time by one
+// Reconciler, of declarations that differ (each plan leaves its memo for
+// the next, whichever that is), each decide what the full path decides.
+// Under -race it also proves that plans share nothing they write.
+func TestPlanFastPathConcurrent(t *testing.T) {
+	ctx := context.Background()
+	rt := memory.New(memory.Options{})
+	r := newReconciler(t, rt, nil)
+	cs := make([]spec.Container, 50)
+	for i := range cs {
+		cs[i] = container(fmt.Sprintf("c%02d", i), "registry.internal/c:1")
+		if i > 0 && i%7 == 0 {
+			cs[i].DependsOn = []string{fmt.Sprintf("c%02d", i-1)}
+		}
+	}
+	mustReconcile(t, r, renderAll(t, cs, nil, resolveMode))
+	// Three declarations: one changed image, one name fewer, one name more.
+	variants := [][]spec.Rendered{renderAll(t, cs, nil, resolveMode), renderAll(t, cs[1:], nil, resolveMode), renderAll(t, append(slices.Clone(cs), container("new", "registry.internal/new:1")), nil, resolveMode)}
+	variants[0][20].Image = "registry.internal/c:2"
+	full := newReconciler(t, rt, nil)
+	reconcile.FullPath(full, true)
+	want := make([][]string, len(variants))
+	for i, v := range variants {
+		p, err := full.Plan(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = actions(p)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for k := range 30 {
+				i := (g + k) % len(variants)
+				p, err := r.Plan(ctx, variants[i])
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if diff := cmp.Diff(want[i], actions(p)); diff != "" {
+					t.Errorf("goroutine %d, plan %d of variant %d decides differently (-full +fast):\n%s", g, k, i, diff)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -61,10 +61,10 @@ func identityOf(o *Observed, adopted map[string]Adoption, owner string) identity
 	return identityLabelled(o, adopted, ManagedBy(*o, owner))
 }
 
-// identityScan returns ManagedBy(*o, owner) and identityOf(o, adopted,
-// owner), reading o's labels once (the planner asks for every container
-// of the machine, every pass) instead of looking each label up.
-func identityScan(o *Observed, adopted map[string]Adoption, owner string) (labelled bool, id identity) {
+// identityScan returns ManagedBy(*o, owner) and o's identity by its labels
+// alone (identityOf without adoptions), reading o's labels once instead of
+// looking each label up.
+func identityScan(o *Observed, owner string) (labelled bool, id identity) {
 	var managed, own string
 	for k, v := range o.Labels {
 		switch k {
@@ -81,9 +81,6 @@ func identityScan(o *Observed, adopted map[string]Adoption, owner string) (label
 	// As ManagedBy: a missing owner label reads as "", an owner too.
 	labelled = managed == "true" && own == owner
 	id.managed = labelled
-	if a, ok := adopted[o.ID]; ok {
-		id = identity{managed: true, digest: a.Digest, record: a.Record}
-	}
 	return labelled, id
 }
 

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -30,7 +28,7 @@ import (
 // maps in place, since the Reconciler remembers what it planned to
 // recognise it in the next plan without encoding it again.
 func (r *Reconciler) Plan(ctx context.Context, desired []spec.Rendered) (*Plan, error) {
-	declared, err := checkDesired(desired)
+	sh, err := r.shapeOf(desired)
 	if err != nil {
 		return nil, err
 	}
@@ -38,100 +36,198 @@ func (r *Reconciler) Plan(ctx context.Context, desired []spec.Rendered) (*Plan, 
 	if err != nil {
 		return nil, fmt.Errorf("planning: listing containers: %w", err)
 	}
-	return r.planObserved(ctx, desired, declared, observed)
+	return r.planObserved(ctx, desired, sh, observed)
 }
 
 // PlanObserved is Plan from a List the caller already made (the agent lists
 // once per pass, for the migration gate and the plan alike), so a pass with
 // nothing to do still costs one List call.
 func (r *Reconciler) PlanObserved(ctx context.Context, desired []spec.Rendered, observed []Observed) (*Plan, error) {
+	sh, err := r.shapeOf(desired)
+	if err != nil {
+		return nil, err
+	}
+	return r.planObserved(ctx, desired, sh, observed)
+}
+
+// A plan of a machine where little changed costs what changed, plus a few
+// comparisons per container: the Reconciler remembers its last plan (memo)
+// and the next one reuses what it finds unchanged. The full path
+// (Reconciler.fullPath, for tests) remembers nothing: it is a plan with an
+// empty memo, and must decide exactly the same.
+
+// memo is what a plan leaves for the next. It is never changed once
+// published (Reconciler.memo): a plan builds its own and swaps it in, so
+// plans made at the same time each read a whole one.
+type memo struct {
+	shape *shape
+	// entries are by index in shape; nil where nothing is known.
+	entries []*entry
+}
+
+// shape is what a plan needs of the declared names alone: validated,
+// indexed and ordered. It is the same while the names and their
+// dependencies are, which is most passes; finding it again costs a
+// comparison per container instead of a map of 10,000 names and a sort.
+type shape struct {
+	names    []string
+	deps     [][]string
+	declared map[string]int // index in desired, by name
+	order    []int          // indices in desired, dependenciesFirst's order
+}
+
+// entry is what a plan learnt of one declared container: its rendering's
+// record label (digest.Record), most of a plan's cost when encoded anew,
+// and how the container then holding its name was judged by its labels.
+// Labels are create-time settings, which the runtime never changes
+// (Runtime): the same container ID has the same labels, so they are read
+// once, not every pass.
+type entry struct {
+	rendered spec.Rendered // as given: a rendering is never changed in place
+	label    string        // digest.Record(rendered)
+	// cid is the container that held the name; empty if none did.
+	cid      string
+	labelled bool     // ManagedBy its labels
+	id       identity // from its labels alone (no adoption)
+	// current: labelled, and its record label is label. An adoption
+	// overrides it (the planner judges an adopted container by what the
+	// adoption recorded).
+	current bool
+}
+
+// shapeOf returns desired's shape: the last plan's when desired declares
+// the same names in the same order with the same dependencies, or a new
+// one, from desired that checkDesired accepts.
+func (r *Reconciler) shapeOf(desired []spec.Rendered) (*shape, error) {
+	if last := r.memo.Load(); last != nil && !r.fullPath && last.shape.is(desired) {
+		return last.shape, nil
+	}
 	declared, err := checkDesired(desired)
 	if err != nil {
 		return nil, err
 	}
-	return r.planObserved(ctx, desired, declared, observed)
+	sh := &shape{names: make([]string, len(desired)), deps: make([][]string, len(desired)), declared: declared}
+	for i := range desired {
+		sh.names[i], sh.deps[i] = desired[i].Name, slices.Clone(desired[i].DependsOn)
+	}
+	sh.order = make([]int, 0, len(desired))
+	for _, name := range dependenciesFirst(declared, func(i int) []string { return desired[i].DependsOn }) {
+		sh.order = append(sh.order, declared[name])
+	}
+	return sh, nil
 }
 
-// planObserved is PlanObserved for desired that checkDesired accepted,
-// with the index it returned.
-func (r *Reconciler) planObserved(ctx context.Context, desired []spec.Rendered, declared map[string]int, observed []Observed) (_ *Plan, err error) {
-	p := planner{desired: desired, declared: declared, observed: make(map[string]*seen, len(observed)), owner: r.cfg.Owner, noInPlace: r.cfg.NoInPlaceUpdates, order: &r.order, full: r.fullPath}
+// is reports whether desired has shape sh: the same names in the same
+// order, with the same dependencies. (It then passes checkDesired, as it
+// did when sh was made.)
+func (sh *shape) is(desired []spec.Rendered) bool {
+	if len(desired) != len(sh.names) {
+		return false
+	}
+	for i := range desired {
+		if desired[i].Name != sh.names[i] || !slices.Equal(desired[i].DependsOn, sh.deps[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// entriesFor returns m's entries for the names of sh, in a slice of the
+// plan's own to fill.
+func (m *memo) entriesFor(sh *shape) []*entry {
+	switch {
+	case m == nil:
+		return make([]*entry, len(sh.names))
+	case m.shape == sh:
+		return slices.Clone(m.entries)
+	}
+	byName := make(map[string]*entry, len(m.entries))
+	for i, e := range m.entries {
+		if e != nil {
+			byName[m.shape.names[i]] = e
+		}
+	}
+	out := make([]*entry, len(sh.names))
+	for i, name := range sh.names {
+		out[i] = byName[name]
+	}
+	return out
+}
+
+// planObserved is PlanObserved for desired of shape sh.
+func (r *Reconciler) planObserved(ctx context.Context, desired []spec.Rendered, sh *shape, observed []Observed) (_ *Plan, err error) {
+	p := planner{desired: desired, shape: sh, owner: r.cfg.Owner, noInPlace: r.cfg.NoInPlaceUpdates, full: r.fullPath}
 	p.adopted, p.updated = r.state.snapshot(observed)
-	// Each container's identity, once: the planner asks for it several
-	// times per container.
-	all := make([]seen, len(observed))
+	if !p.full {
+		p.entries = r.memo.Load().entriesFor(sh)
+	} else {
+		p.entries = (*memo)(nil).entriesFor(sh)
+	}
+	// Each container by the name it holds: at, by index in desired, for
+	// a declared name, in the order the next steps read them; others, for
+	// the rest. A declared name's holder is judged (its identity) with its
+	// entry, by toInspect.
+	p.at = r.takeSeen(len(desired))
+	defer r.putSeen(p.at)
 	for i := range observed {
 		o := &observed[i]
-		s := &all[i]
-		s.Observed = o
-		s.labelled, s.id = identityScan(o, p.adopted, p.owner)
-		if o.State == StateRemoving && s.id.managed {
-			// It can only be removed: its name is as good as free.
-			p.removing = append(p.removing, o)
+		if o.State == StateRemoving {
+			if _, id := p.identity(o); id.managed {
+				// It can only be removed: its name is as good as free.
+				p.removing = append(p.removing, o)
+				continue
+			}
+		}
+		if j, ok := sh.declared[o.Name]; ok {
+			p.at[j] = seen{Observed: *o, held: true}
 			continue
 		}
-		p.observed[o.Name] = s
-		if base, ok := strings.CutSuffix(o.Name, AsideSuffix); ok {
+		s := seen{Observed: *o}
+		s.labelled, s.id = p.identity(o)
+		p.others = append(p.others, s)
+	}
+	for i := range p.others {
+		s := &p.others[i]
+		if base, ok := strings.CutSuffix(s.Name, AsideSuffix); ok {
 			if p.asides == nil {
 				p.asides = map[string]*seen{}
 			}
 			p.asides[base] = s
 		}
 	}
-	p.records, p.nextRecords = r.records.begin(len(desired))
 	if ids := p.toInspect(); len(ids) > 0 {
 		if p.inspected, err = r.inspectAll(ctx, ids); err != nil {
-			r.records.end(p.nextRecords)
+			p.remember(r)
 			return nil, err
 		}
 	}
 	plan := p.plan()
-	r.records.end(p.nextRecords)
+	p.remember(r)
 	return plan, nil
 }
 
-// records remembers, per declared container, the rendering last planned
-// and its record label (digest.Record): a pass in which a container
-// renders as before reuses it instead of encoding the rendering again,
-// which was most of a plan's cost. spec.Rendered.Equal decides "as
-// before", strictly; a rendering given again unchanged (the agent's pass
-// renders again only what changed) compares without being read.
-type records struct {
-	// mu guards the fields below.
-	mu sync.Mutex
-	m  map[string]*record
-	// spare is the map before m, emptied, for the next plan to fill:
-	// 10,000 entries are worth not allocating (and collecting) each plan.
-	spare map[string]*record
-}
-
-type record struct {
-	rendered spec.Rendered // as given: a rendering is never changed in place
-	label    string
-}
-
-// begin returns the last plan's records, to read, and an empty map for
-// this plan's.
-func (rs *records) begin(n int) (last, next map[string]*record) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	next, rs.spare = rs.spare, nil
-	if next == nil {
-		next = make(map[string]*record, n)
+// takeSeen returns a buffer for planner.at of n elements, empty: the
+// last plan's when it is free. 10,000 copies of containers are worth not
+// allocating (and collecting) every plan.
+func (r *Reconciler) takeSeen(n int) []seen {
+	if b := r.spareSeen.Swap(nil); b != nil && cap(*b) >= n {
+		return (*b)[:n]
 	}
-	return rs.m, next
+	return make([]seen, n)
 }
 
-// end keeps this plan's records for the next, and the last plan's map as
-// the spare.
-func (rs *records) end(next map[string]*record) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	last := rs.m
-	rs.m = next
-	if last != nil {
-		clear(last)
-		rs.spare = last
+// putSeen empties at, so that it keeps no container alive, for the next
+// plan (takeSeen). Nothing a plan returns refers to it.
+func (r *Reconciler) putSeen(at []seen) {
+	clear(at)
+	r.spareSeen.Store(&at)
+}
+
+// remember publishes this plan's entries for the next plan (not the full
+// path's: it is the fast path's reference).
+func (p *planner) remember(r *Reconciler) {
+	if !p.full {
+		r.memo.Store(&memo{shape: p.shape, entries: p.entries})
 	}
 }
 
@@ -185,49 +281,88 @@ func (r *Reconciler) inspectAll(ctx context.Context, ids []string) (map[string]I
 // planner holds one pass's inputs.
 type planner struct {
 	desired   []spec.Rendered
-	declared  map[string]int            // index in desired, by name
-	observed  map[string]*seen          // by name
+	shape     *shape
+	at        []seen                    // by index in desired: the container holding its name, if held
+	others    []seen                    // the containers holding names not declared
 	adopted   map[string]Adoption       // by container ID
 	updated   map[string]spec.Resources // by container ID: resources set in place
 	inspected map[string]Inspected      // by container ID
-	removing  []*Observed               // managed containers in StateRemoving; not in observed
+	removing  []*Observed               // managed containers in StateRemoving; not in at or others
 	owner     string                    // Config.Owner
 	noInPlace bool                      // Config.NoInPlaceUpdates
 	asides    map[string]*seen          // by the name it was set aside from: NAME+AsideSuffix
-	order     *orderMemo                // the Reconciler's
 	full      bool                      // no fast path: Reconciler.fullPath
-	// records are the last plan's records (read only); nextRecords this
-	// plan's, for the next one.
-	records, nextRecords map[string]*record
+	// entries are by index in desired: the last plan's, replaced by this
+	// plan's where it learns something new; the next plan's memo.
+	entries []*entry
 }
 
 // seen is an observed container as the planner judges it.
 type seen struct {
-	*Observed
+	// Observed is a copy: the planner reads the containers by index in
+	// desired, and a copy at hand costs less than one fetched from
+	// anywhere in List's answer.
+	Observed
+	held     bool     // in planner.at: a container holds the name
 	labelled bool     // ManagedBy its labels
 	id       identity // identityOf
+	adopted  bool     // id is its adoption's, not its labels'
 	// current: it is managed, holds a declared name, and its record is the
 	// declared container's (digest.Record): it matches, in the current
 	// digest version. toInspect finds out.
 	current bool
 }
 
-// record returns digest.Record(*d), from the last plan's when d renders
-// as it did then.
+// identity returns ManagedBy(*o, p.owner) and identityOf(o, p.adopted,
+// p.owner), reading o's labels once.
+func (p *planner) identity(o *Observed) (labelled bool, id identity) {
+	labelled, id = identityScan(o, p.owner)
+	id, _ = p.adoptedAs(o.ID, id)
+	return labelled, id
+}
+
+// adoptedAs returns what this Reconciler's adoption of container cid
+// recorded, if it adopted it, and otherwise id (its labels').
+func (p *planner) adoptedAs(cid string, id identity) (_ identity, adopted bool) {
+	if a, ok := p.adopted[cid]; ok {
+		return identity{managed: true, digest: a.Digest, record: a.Record}, true
+	}
+	return id, false
+}
+
+// entry returns the entry of the declared container at index j, held by
+// s: the last plan's when both are as they were then.
+func (p *planner) entry(j int, s *seen) *entry {
+	d := &p.desired[j]
+	e := p.entries[j]
+	if e != nil && e.cid == s.ID && e.rendered.Equal(d) {
+		return e
+	}
+	n := &entry{rendered: *d, cid: s.ID}
+	if e != nil && e.rendered.Equal(d) {
+		n.label = e.label // another container: the same rendering
+	} else {
+		n.label = digest.Record(*d)
+	}
+	if e != nil && e.cid == s.ID {
+		n.labelled, n.id = e.labelled, e.id // the same container: the same labels
+	} else {
+		n.labelled, n.id = identityScan(&s.Observed, p.owner)
+	}
+	n.current = n.labelled && n.id.record == n.label
+	p.entries[j] = n
+	return n
+}
+
+// record returns digest.Record(*d), from d's entry when it renders as it
+// did then.
 func (p *planner) record(d *spec.Rendered) string {
-	if p.full {
-		return digest.Record(*d)
+	if j, ok := p.shape.declared[d.Name]; ok {
+		if e := p.entries[j]; e != nil && e.rendered.Equal(d) {
+			return e.label
+		}
 	}
-	if m := p.nextRecords[d.Name]; m != nil {
-		return m.label // asked already in this plan
-	}
-	if m := p.records[d.Name]; m != nil && m.rendered.Equal(d) {
-		p.nextRecords[d.Name] = m
-		return m.label
-	}
-	m := &record{rendered: *d, label: digest.Record(*d)}
-	p.nextRecords[d.Name] = m
-	return m.label
+	return digest.Record(*d)
 }
 
 // toInspect returns the IDs of containers holding a declared name that
@@ -236,18 +371,29 @@ func (p *planner) record(d *spec.Rendered) string {
 // passes, which decide then keeps as they are.
 func (p *planner) toInspect() []string {
 	var ids []string
-	for i := range p.desired {
-		d := &p.desired[i]
-		o := p.observed[d.Name]
-		if o == nil || o.State == StateRemoving || p.aside(d.Name) != nil {
+	for j := range p.at {
+		s := &p.at[j]
+		if !s.held {
 			continue
 		}
-		if !p.full && o.id.managed && o.id.record == p.record(d) {
-			o.current = true
+		e := p.entry(j, s)
+		// Labels are read once per container (its entry's), adoptions
+		// every time: one made in the last pass counts.
+		s.labelled = e.labelled
+		s.id, s.adopted = p.adoptedAs(s.ID, e.id)
+		if s.State == StateRemoving || p.aside(p.desired[j].Name) != nil {
 			continue
 		}
-		if !o.id.managed || !knownVersion(o.id.digest) {
-			ids = append(ids, o.ID)
+		current := e.current
+		if s.adopted {
+			current = s.id.managed && s.id.record == e.label
+		}
+		if !p.full && current {
+			s.current = true
+			continue
+		}
+		if !s.id.managed || !knownVersion(s.id.digest) {
+			ids = append(ids, s.ID)
 		}
 	}
 	return ids
@@ -262,76 +408,28 @@ func knownVersion(label string) bool {
 }
 
 func (p *planner) plan() *Plan {
-	plan := &Plan{Actions: make([]Action, 0, len(p.desired))}
+	plan := &Plan{Actions: make([]Action, 0, len(p.removing)+len(p.others)+len(p.desired))}
 	plan.Actions = append(plan.Actions, p.unfinished()...)
 	plan.Actions = append(plan.Actions, p.removals(&plan.Unmanaged)...)
-	order := p.order.of
-	if p.full {
-		order = (&orderMemo{}).of
-	}
-	for _, i := range order(p.desired, p.declared) {
-		plan.Actions = append(plan.Actions, p.actionFor(&p.desired[i]))
+	for _, j := range p.shape.order {
+		plan.Actions = append(plan.Actions, p.actionFor(j))
 	}
 	return plan
-}
-
-// orderMemo remembers the order of the last plan's desired containers
-// (dependenciesFirst's), which sorting and walking 10,000 names costs a
-// good part of a plan to find: it is the same while the names and their
-// dependencies are.
-type orderMemo struct {
-	// mu guards the fields below.
-	mu    sync.Mutex
-	names []string
-	deps  [][]string
-	order []int // indices into desired
-}
-
-// of returns the indices of desired, dependencies first and otherwise in
-// name order, as dependenciesFirst orders them.
-func (m *orderMemo) of(desired []spec.Rendered, declared map[string]int) []int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.names) == len(desired) {
-		same := true
-		for i := range desired {
-			if desired[i].Name != m.names[i] || !slices.Equal(desired[i].DependsOn, m.deps[i]) {
-				same = false
-				break
-			}
-		}
-		if same {
-			return m.order
-		}
-	}
-	byName := make(map[string]int, len(desired))
-	maps.Copy(byName, declared)
-	order := make([]int, 0, len(desired))
-	for _, name := range dependenciesFirst(byName, func(i int) []string { return desired[i].DependsOn }) {
-		order = append(order, declared[name])
-	}
-	m.names, m.deps, m.order = make([]string, len(desired)), make([][]string, len(desired)), order
-	for i := range desired {
-		m.names[i], m.deps[i] = desired[i].Name, slices.Clone(desired[i].DependsOn)
-	}
-	return order
 }
 
 // removals returns a Remove for every managed container not declared,
 // dependants first, and counts the unmanaged ones left alone.
 func (p *planner) removals(unmanaged *int) []Action {
 	gone := map[string]*Observed{}
-	for name, o := range p.observed {
-		if _, ok := p.declared[name]; ok {
-			continue // the declared container's own action deals with it
-		}
-		if base, aside := strings.CutSuffix(name, AsideSuffix); aside {
-			if _, ok := p.declared[base]; ok && p.aside(base) != nil {
+	for i := range p.others {
+		o := &p.others[i]
+		if base, aside := strings.CutSuffix(o.Name, AsideSuffix); aside {
+			if _, ok := p.shape.declared[base]; ok && p.aside(base) != nil {
 				continue
 			}
 		}
 		if o.labelled {
-			gone[name] = o.Observed
+			gone[o.Name] = &o.Observed
 		} else {
 			*unmanaged++
 		}
@@ -388,14 +486,19 @@ func (p *planner) unfinished() []Action {
 // meshhost's, and is never touched.
 func (p *planner) aside(name string) *Observed {
 	if o := p.asides[name]; o != nil && o.id.managed {
-		return o.Observed
+		return &o.Observed
 	}
 	return nil
 }
 
-// actionFor decides what to do for one declared container.
-func (p *planner) actionFor(d *spec.Rendered) Action {
-	a := p.decide(d)
+// actionFor decides what to do for the declared container at index j.
+func (p *planner) actionFor(j int) Action {
+	d := &p.desired[j]
+	var s *seen
+	if p.at[j].held {
+		s = &p.at[j]
+	}
+	a := p.decide(d, s)
 	if a.Kind != Replace {
 		return a
 	}
@@ -413,15 +516,14 @@ func (p *planner) actionFor(d *spec.Rendered) Action {
 	return a
 }
 
-// decide decides what to do for one declared container, as if nothing but
-// meshhost's own containers could hold NAME+AsideSuffix (actionFor checks
-// that).
-func (p *planner) decide(d *spec.Rendered) Action {
+// decide decides what to do for one declared container, held by s (nil:
+// by none), as if nothing but meshhost's own containers could hold
+// NAME+AsideSuffix (actionFor checks that).
+func (p *planner) decide(d *spec.Rendered, s *seen) Action {
 	a := Action{Name: d.Name, Desired: d, DependsOn: d.DependsOn}
-	s := p.observed[d.Name]
 	var o *Observed
 	if s != nil {
-		o = s.Observed
+		o = &s.Observed
 	}
 	if aside := p.aside(d.Name); aside != nil {
 		return p.recover(a, o, aside)

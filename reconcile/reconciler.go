@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,8 +101,10 @@ type Reconciler struct {
 	now     func() time.Time
 	metrics *metrics
 	state   state
-	records records
-	order   orderMemo
+	// memo is what the last plan leaves for the next (see shape).
+	memo atomic.Pointer[memo]
+	// spareSeen is a plan's buffer for the next (takeSeen).
+	spareSeen atomic.Pointer[[]seen]
 	// fullPath turns the plan's fast paths off (tests: the differential
 	// test compares both).
 	fullPath bool

@@ -14,7 +14,9 @@ import (
 //
 // Names are unique among a runtime's containers. Create-time settings are
 // immutable: only Update changes a created container, and only its
-// resources. No method ever removes a volume.
+// resources. Its labels are among them: the planner reads a container's
+// labels once, and trusts them for as long as its ID lasts. No method
+// ever removes a volume.
 type Runtime interface {
 	// List returns every container the runtime has, managed by meshhost or
 	// not, with their labels: one call per pass, however many containers.

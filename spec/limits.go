@@ -18,8 +18,10 @@ const (
 	// A 100,000-name roster is about 5 MB; MaxNames names fit in it.
 	MaxDocumentBytes = 64 << 20
 
-	// MaxContainers bounds the containers of one declaration (one machine).
-	MaxContainers = 1000
+	// MaxContainers bounds the containers of one declaration (one machine):
+	// ten times what a large machine runs, and what the plan and the pass
+	// are measured at (BenchmarkPlan10000, BenchmarkPass10000).
+	MaxContainers = 10000
 	// MaxArgs bounds each of command, entrypoint and healthcheck.test.
 	MaxArgs = 4096
 	// MaxEnv bounds a container's environment entries.

@@ -53,11 +53,13 @@ type Runtime struct {
 }
 
 type container struct {
+	// What List reads first and together (and settings.Name next), so
+	// that listing 10,000 containers reads few cache lines of each.
 	id        string
-	settings  spec.Rendered // as created; immutable except Resources and Name
 	labels    map[string]string
 	state     reconcile.State
 	startedAt time.Time
+	settings  spec.Rendered // as created; immutable except Resources and Name
 	finished  time.Time
 	startSeq  uint64 // logical time of the last start; 0: never started
 }
