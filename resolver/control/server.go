@@ -340,14 +340,20 @@ func (s *Server) putRoster(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: err.Error()})
 		return
 	}
-	err = s.cfg.Resolver.Update(ro)
+	s.answerRoster(w, ro.Generation, s.cfg.Resolver.Update(ro))
+}
+
+// answerRoster answers a roster change to generation gen that ended in err.
+func (s *Server) answerRoster(w http.ResponseWriter, gen uint64, err error) {
 	served := s.cfg.Resolver.Generation()
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusOK, RosterResult{Generation: served})
 	case errors.Is(err, resolver.ErrStaleGeneration):
 		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: err.Error(), Conflict: ConflictNotNewer})
-	case served == ro.Generation:
+	case errors.Is(err, spec.ErrDeltaBase):
+		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: err.Error(), Conflict: ConflictDeltaBase})
+	case served == gen:
 		// Served, not saved (a full disk): the caller must know both.
 		s.log.Error("roster served but not saved", "roster_generation", served, "err", err)
 		writeJSON(w, http.StatusInternalServerError, RosterResult{Generation: served, Error: err.Error()})
@@ -373,21 +379,7 @@ func (s *Server) patchRoster(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: err.Error()})
 		return
 	}
-	err = s.cfg.Resolver.Apply(d)
-	served := s.cfg.Resolver.Generation()
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, RosterResult{Generation: served})
-	case errors.Is(err, resolver.ErrStaleGeneration):
-		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: err.Error(), Conflict: ConflictNotNewer})
-	case errors.Is(err, spec.ErrDeltaBase):
-		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: err.Error(), Conflict: ConflictDeltaBase})
-	case served == d.To:
-		s.log.Error("roster served but not saved", "roster_generation", served, "err", err)
-		writeJSON(w, http.StatusInternalServerError, RosterResult{Generation: served, Error: err.Error()})
-	default:
-		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: served, Error: err.Error()})
-	}
+	s.answerRoster(w, d.To, s.cfg.Resolver.Apply(d))
 }
 
 func (s *Server) putExposure(w http.ResponseWriter, r *http.Request) {

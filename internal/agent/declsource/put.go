@@ -1,7 +1,6 @@
 package declsource
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/meshhost/meshhost/spec"
@@ -110,7 +109,7 @@ func (s *Source) putRosterDelta(machine string, declGen uint64, d *spec.RosterDe
 	s.changeMu.Lock()
 	defer s.changeMu.Unlock()
 	s.mu.Lock()
-	cur, srv := s.current, s.served
+	cur := s.current
 	s.mu.Unlock()
 	if cur == nil {
 		return &refused{RefusedDeltaBase, fmt.Errorf("roster generation %d: no declaration is in force to apply a roster delta to; put the whole declaration: %w", d.To, ErrDeltaBase)}
@@ -133,32 +132,9 @@ func (s *Source) putRosterDelta(machine string, declGen uint64, d *spec.RosterDe
 	case d.From != cur.Roster.Generation:
 		return &deltaBaseError{from: d.From, inForce: cur.Roster.Generation}
 	}
-	if srv.gen != 0 && d.To <= srv.gen && srv.gen != cur.Roster.Generation {
-		// As in offerDelta: the resolver serves a newer roster than the
-		// one in force.
-		return &ConflictError{Refusal: RefusedRosterOlder, Faults: []*spec.FieldError{{
-			Path:   "roster_delta.to",
-			Reason: fmt.Sprintf("%d is not newer than roster generation %d, served; rosters never go back: put the whole declaration", d.To, srv.gen),
-		}}}
-	}
-	var faults []error
-	for i, name := range d.Remove {
-		if _, ok := cur.Roster.Names[name]; !ok {
-			faults = append(faults, &spec.FieldError{Path: fmt.Sprintf("roster_delta.remove[%d]", i),
-				Reason: fmt.Sprintf("%q is not in roster generation %d", name, cur.Roster.Generation)})
-		}
-	}
-	if len(faults) > 0 {
-		return errors.Join(faults...)
-	}
-	next := *cur
-	undo, err := next.Roster.Apply(d) // in place: the roster is the Source's own
-	if err != nil {
+	if _, err := s.applyDeltaLocked(cur, cur.Generation, d, origin); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.recordLocked(&next, origin, Change{Generation: cur.Generation, Roster: d, Undo: undo})
-	s.mu.Unlock()
 	s.logger.Debug("roster delta accepted", "origin", origin, "machine", machine, "declaration_generation", declGen,
 		"roster_generation", d.To, "set", len(d.Set), "removed", len(d.Remove))
 	s.signal()

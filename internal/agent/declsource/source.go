@@ -434,6 +434,22 @@ func (s *Source) offerDelta(data []byte, origin string) (*spec.Declaration, erro
 	case rd.From != cur.Roster.Generation:
 		return nil, &deltaBaseError{from: rd.From, inForce: cur.Roster.Generation}
 	}
+	next, err := s.applyDeltaLocked(cur, dd.Generation, rd, origin)
+	if err != nil {
+		return nil, err
+	}
+	s.logger.Info("declaration delta accepted", "origin", origin, "machine", dd.Machine, "declaration_generation", dd.Generation,
+		"roster_generation", rd.To, "set", len(rd.Set), "removed", len(rd.Remove))
+	s.signal()
+	return headOf(next), nil
+}
+
+// applyDeltaLocked puts rd, a roster delta from the roster in force (cur's),
+// in force in place as declaration generation gen, and records the change;
+// it refuses rd when the resolver serves a newer roster than cur's, or when
+// rd removes a name the roster lacks. The caller holds changeMu.
+func (s *Source) applyDeltaLocked(cur *spec.Declaration, gen uint64, rd *spec.RosterDelta, origin string) (*spec.Declaration, error) {
+	syncs.AssertLocked(&s.changeMu)
 	s.mu.Lock()
 	srv := s.served
 	s.mu.Unlock()
@@ -457,18 +473,15 @@ func (s *Source) offerDelta(data []byte, origin string) (*spec.Declaration, erro
 		return nil, errors.Join(faults...)
 	}
 	next := *cur
-	next.Generation = dd.Generation
+	next.Generation = gen
 	undo, err := next.Roster.Apply(rd) // in place: the roster is the Source's own
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
-	s.recordLocked(&next, origin, Change{Generation: dd.Generation, Roster: rd, Undo: undo})
+	s.recordLocked(&next, origin, Change{Generation: gen, Roster: rd, Undo: undo})
 	s.mu.Unlock()
-	s.logger.Info("declaration delta accepted", "origin", origin, "machine", dd.Machine, "declaration_generation", dd.Generation,
-		"roster_generation", rd.To, "set", len(rd.Set), "removed", len(rd.Remove))
-	s.signal()
-	return headOf(&next), nil
+	return &next, nil
 }
 
 // deltaBaseError is a roster delta from another generation than the
