@@ -4,6 +4,7 @@ package migrations_test
 
 import (
 	"context"
+	"github.com/meshhost/meshhost/internal/testkit/needs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -92,7 +93,7 @@ func nodeLocal(t *testing.T) netip.Addr {
 	a := netip.MustParseAddr(testNodeLocal)
 	out, err := exec.Command("ip", "addr", "add", testNodeLocal+"/32", "dev", "lo").CombinedOutput()
 	if err != nil && !strings.Contains(string(out), "File exists") {
-		t.Skipf("cannot add the node-local address %s to lo (needs root): %v: %s", a, err, out)
+		needs.Missing(t, "cannot add the node-local address %s to lo (needs root): %v: %s", a, err, out)
 	}
 	t.Cleanup(func() { exec.Command("ip", "addr", "del", testNodeLocal+"/32", "dev", "lo").Run() })
 	return a

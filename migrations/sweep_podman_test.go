@@ -120,9 +120,6 @@ func TestPruneProbeImagesPodman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(before) > 0 {
-		t.Skipf("podman holds probe images this test did not make (%v); pruning would remove them", before)
-	}
 	current := migrations.ProbeImageRepo + ":" + hexNonce(8)
 	old := migrations.ProbeImageRepo + ":" + hexNonce(8)
 	other := []string{migrations.ProbeImageRepo + ":" + h.Prefix() + "x", "localhost/" + h.Prefix() + "meshhost-probe:" + hexNonce(8)}
@@ -136,7 +133,10 @@ func TestPruneProbeImagesPodman(t *testing.T) {
 			t.Errorf("removing the test's tags: %v: %s", err, out)
 		}
 	})
-	removed, err := migrations.PruneProbeImages(ctx, p, current, nil)
+	// Probe images this test did not make (another agent's, on a machine
+	// shared with the tests) are hidden from the prune, so it runs in every
+	// case and removes nothing of theirs.
+	removed, err := migrations.PruneProbeImages(ctx, hiding{p, before}, current, nil)
 	if err != nil || !slices.Equal(removed, []string{old}) {
 		t.Errorf("PruneProbeImages = %v, %v; want only %s removed", removed, err, old)
 	}
@@ -148,4 +148,16 @@ func TestPruneProbeImagesPodman(t *testing.T) {
 	if ok, _ := p.ImageExists(ctx, old); ok {
 		t.Errorf("%s is still there", old)
 	}
+}
+
+// hiding is the real podman adapter with some images' names left out of
+// ImageTags.
+type hiding struct {
+	*podman.Runtime
+	hidden []string
+}
+
+func (h hiding) ImageTags(ctx context.Context, repo string) ([]string, error) {
+	tags, err := h.Runtime.ImageTags(ctx, repo)
+	return slices.DeleteFunc(tags, func(tag string) bool { return slices.Contains(h.hidden, tag) }), err
 }

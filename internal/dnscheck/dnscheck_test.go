@@ -3,6 +3,7 @@ package dnscheck
 import (
 	"context"
 	"fmt"
+	"github.com/meshhost/meshhost/internal/testkit/needs"
 	"net"
 	"net/netip"
 	"os"
@@ -51,9 +52,7 @@ func refuser(t *testing.T, addr netip.AddrPort) {
 // outside the mesh, and a mesh name the resolver serves another address
 // for.
 func TestCheck(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("joining a network namespace needs root") // CI runs as root
-	}
+	needs.Root(t, "joining a network namespace")
 	probe, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package natssource
 import (
 	"context"
 	"fmt"
+	"github.com/meshhost/meshhost/internal/testkit/needs"
 	"io"
 	"net"
 	"os"
@@ -25,10 +26,7 @@ func needNATS(t testing.TB, env string) string {
 	t.Helper()
 	v := os.Getenv(env)
 	if v == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set; under CI the tests need the NATS server scripts/nats-up starts", env)
-		}
-		t.Skipf("%s is not set; run eval \"$(scripts/nats-up)\" first", env)
+		needs.Missing(t, "%s is not set; run eval \"$(scripts/nats-up)\" first", env)
 	}
 	return v
 }

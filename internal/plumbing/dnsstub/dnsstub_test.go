@@ -2,6 +2,7 @@ package dnsstub
 
 import (
 	"context"
+	"github.com/meshhost/meshhost/internal/testkit/needs"
 	"net/netip"
 	"os/exec"
 	"strconv"
@@ -11,10 +12,7 @@ import (
 
 // TestWithDig asks the stub with a real DNS client.
 func TestWithDig(t *testing.T) {
-	dig, err := exec.LookPath("dig")
-	if err != nil {
-		t.Skip("dig not found; scripts/podman-up installs bind9-dnsutils")
-	}
+	dig := needs.Tool(t, "dig", "bind9-dnsutils")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr, err := Start(ctx, "outside.example.test", netip.MustParseAddr("192.0.2.53"))

@@ -5,16 +5,14 @@ package netns
 import (
 	"context"
 	"errors"
-	"os"
+	"github.com/meshhost/meshhost/internal/testkit/needs"
 	"testing"
 )
 
 // TestJoinOwn: joining this process's own namespace runs what it is given
 // there (root only: setns needs CAP_SYS_ADMIN), and Do after Close fails.
 func TestJoinOwn(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("setns needs root")
-	}
+	needs.Root(t, "setns")
 	ns, err := Join("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)
