@@ -241,4 +241,13 @@ func TestContinuityDirectives(t *testing.T) {
 			t.Errorf("%s: RuntimeDirectoryPreserve=%v, want yes: a unit stopping would remove the other's sockets", u, got)
 		}
 	}
+	// Neither unit ever gives up restarting: with the default start limit
+	// (5 starts in 10 s), a short crash loop at RestartSec=100ms leaves the
+	// resolver failed for good, and systemd releases its stored sockets.
+	// (TestVerify fails on the directive in the wrong section.)
+	for _, u := range units {
+		if got := directives(t, u)["StartLimitIntervalSec"]; len(got) != 1 || got[0] != "0" {
+			t.Errorf("%s: StartLimitIntervalSec=%v, want 0: the default start limit stops the restarts of a crash loop for good", u, got)
+		}
+	}
 }
