@@ -414,7 +414,7 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 		if diff := srv.Differences(r, 10); len(diff) > 0 {
 			return fmt.Errorf("roster %q: generation %d is served with other names (%s); a changed roster needs a newer generation", path, r.Generation, strings.Join(diff, "; "))
 		}
-		log.Info("roster file unchanged; keeping the served roster", "path", path, "generation", r.Generation)
+		log.Info("roster file unchanged; keeping the served roster", "path", path, "roster_generation", r.Generation)
 		return nil
 	}
 	if err != nil {
