@@ -361,9 +361,14 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 				s.ctl.Shutdown(context.Background())
 			}
 			// Stop reading and answer what was read: under systemd the
-			// sockets stay in its store, and the next process answers
-			// what queues in them meanwhile.
-			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			// sockets stay in its store, and the next process, started
+			// once this one is gone, answers what queues in them
+			// meanwhile; so this one goes at once (see drainHanded).
+			grace := drainAlone
+			if s.inStore.Load() {
+				grace = drainHanded
+			}
+			dctx, cancel := context.WithTimeout(context.Background(), grace)
 			srv.Drain(dctx)
 			cancel()
 			return 0, nil

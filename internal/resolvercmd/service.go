@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
@@ -29,6 +30,23 @@ const (
 	fileHandover = "handover"
 	prefixUDP    = "dns-udp-"
 	prefixTCP    = "dns-tcp-"
+)
+
+// How long a resolver that stopped reading its sockets waits for the
+// answers to the questions it forwarded (resolver.Server.Drain).
+const (
+	// drainHanded: the sockets live on, in a successor that reads them
+	// already or in systemd's store, which hands them to the next process
+	// only once this one has exited. A forward to an upstream slow to
+	// answer (or silent) must not keep that process from reading, nor
+	// from binding the metrics port this one holds: it is dropped, its
+	// client asks again after its stub resolver's timeout, and whoever
+	// reads the sockets then answers.
+	drainHanded = 100 * time.Millisecond
+	// drainAlone: nobody reads the sockets after this process (no
+	// service manager keeps them): every answer it can still give is
+	// worth a few seconds.
+	drainAlone = 5 * time.Second
 )
 
 // fileName is the name a listener's socket travels under: systemd's file
@@ -98,6 +116,9 @@ type service struct {
 	// handed is closed once the sockets are handed over and drained.
 	handed   chan struct{}
 	handOnce sync.Once
+	// inStore is set once DNS sockets are in systemd's file descriptor
+	// store: they outlive this process.
+	inStore atomic.Bool
 }
 
 // takeSockets collects what systemd passed and, with --handover, what a
@@ -259,6 +280,8 @@ func (s *service) storeListeners(only []netip.AddrPort) {
 			}{{fileName(prefixUDP, lf.Addr), lf.UDP}, {fileName(prefixTCP, lf.Addr), lf.TCP}} {
 				if err := sdnotify.Store(x.name, x.f); err != nil {
 					s.log.Warn("storing a socket with systemd", "name", x.name, "err", err)
+				} else {
+					s.inStore.Store(true)
 				}
 			}
 		}
@@ -358,7 +381,9 @@ func (s *service) Release(ctx context.Context) error {
 		s.ctlSpare.Close()
 		s.ctlSpare = nil
 	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// The successor reads the sockets already: what this process has not
+	// answered in a moment, its clients ask again, of the successor.
+	dctx, cancel := context.WithTimeout(ctx, drainHanded)
 	defer cancel()
 	err := s.srv.Drain(dctx)
 	s.handOnce.Do(func() { close(s.handed) })
