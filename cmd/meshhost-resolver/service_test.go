@@ -433,3 +433,59 @@ func TestNotify(t *testing.T) {
 	sd.Wait(n, "STOPPING=1", 10*time.Second)
 	p.waitExit(t, 30*time.Second)
 }
+
+// TestHUPWhileStarting: a SIGHUP while the resolver starts (here, held
+// while it asks the handover socket for a predecessor's sockets, as it
+// would be loading a large saved roster) neither kills it nor stops it:
+// Go's default for SIGHUP is to exit, and `systemctl reload` or a
+// logrotate can send one at any moment.
+func TestHUPWhileStarting(t *testing.T) {
+	bin := buildResolver(t, "v1")
+	dir := t.TempDir()
+	roster := filepath.Join(dir, "roster", "roster.json")
+	os.Mkdir(filepath.Dir(roster), 0o755)
+	if err := os.WriteFile(roster, []byte(`{"generation": 1, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.7"]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A predecessor that takes the connection and never answers.
+	hpath := filepath.Join(dir, "handover.sock")
+	hl, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: hpath, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Close()
+	addr := dnstest.FreePort(t)
+	sd := fakesystemd.New(t)
+	p := startProc(t, sd.Command(bin, nil, "--roster", roster, "--listen", addr.String(), "--handover", hpath, "--upstream", "127.0.0.1:9"))
+	hl.SetDeadline(time.Now().Add(30 * time.Second))
+	c, err := hl.AcceptUnix()
+	if err != nil {
+		t.Fatalf("the resolver did not ask the handover socket: %v", err)
+	}
+	defer c.Close()
+	// It runs, and has not served yet.
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		t.Fatalf("the resolver exited (%v) on a SIGHUP while starting:\n%s", err, p.stderr.String())
+	case <-time.After(time.Second):
+	}
+	// No predecessor after all: it binds afresh, serves, and reloads.
+	hl.Close()
+	c.Close()
+	sd.Wait(0, "READY=1", 30*time.Second)
+	r, err := dnstest.Exchange(dns.NewMsg("gitea.novox.internal.", dns.TypeA), "udp", addr.String(), 2*time.Second)
+	if err != nil {
+		t.Fatalf("lookup after READY=1: %v", err)
+	}
+	if err := continuity.CheckA(r, netip.MustParseAddr("10.89.0.7")); err != nil {
+		t.Errorf("lookup after READY=1: %v", err)
+	}
+	n := len(sd.Messages())
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	sd.Wait(n, "STOPPING=1", 10*time.Second)
+	p.waitExit(t, 30*time.Second)
+}

@@ -163,6 +163,34 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 // then every address served (inherited sockets, or bound afresh: the static
 // --listen ones and the saved exposure's), and only then READY=1.
 func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int, error) {
+	// Signals first, before anything that takes time (a predecessor's
+	// handover, a large saved roster): Go's default for SIGHUP is to exit,
+	// and a reload (`systemctl reload`, a log rotation) may come at any
+	// moment. SIGHUP reloads once serving; SIGTERM and SIGINT stop.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	hup := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig := <-sigs:
+				if sig != syscall.SIGHUP {
+					stop()
+					continue
+				}
+				select {
+				case hup <- struct{}{}:
+				default: // one reload pending is enough
+				}
+			}
+		}
+	}()
+
 	f, err := parseFlags(prog, stderr, args)
 	if err != nil {
 		return 2, err // usage and flag errors
@@ -301,6 +329,13 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	if pending := awaitAnswering(ctx, srv.Listeners(), 10*time.Second); len(pending) > 0 {
 		log.Error("some addresses of this machine do not answer the resolver's own query", "addrs", pending)
 	}
+	if ctx.Err() != nil {
+		// Stopped before it served: a predecessor serves on, and the
+		// sockets in systemd's store stay there.
+		sdnotify.Notify(sdnotify.Stopping)
+		abort()
+		return 0, nil
+	}
 	if succ != nil {
 		// Serving now: the predecessor stops reading and drains.
 		wg.Go(func() {
@@ -315,9 +350,6 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	}
 	s.storeAll()
 	sdnotify.Notify(fmt.Sprintf("%s\nSTATUS=serving generation %d on %d addresses", sdnotify.Ready, srv.Generation(), len(srv.Listeners())))
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	stopFlush := FlushOnSignal(ctx, srv)
 	defer stopFlush()
 	fmt.Fprintf(stderr, "%s: serving on %v\n", prog, srv.Listeners())
