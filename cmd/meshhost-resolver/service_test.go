@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -94,6 +96,7 @@ func (p *proc) waitServing(t *testing.T) {
 	for !strings.Contains(p.stderr.String(), ": serving on") {
 		select {
 		case err := <-p.exited:
+			p.exited <- err // for the cleanup
 			t.Fatalf("resolver exited (%v) before serving:\n%s", err, p.stderr.String())
 		default:
 		}
@@ -488,4 +491,71 @@ func TestHUPWhileStarting(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	sd.Wait(n, "STOPPING=1", 10*time.Second)
 	p.waitExit(t, 30*time.Second)
+}
+
+// TestHandoverKeepsMetrics: a successor started with the predecessor's
+// --metrics address (as the packaged unit runs both) takes over, and
+// serves the metrics once the predecessor, which held the port, is gone:
+// the port taken never aborts the takeover.
+func TestHandoverKeepsMetrics(t *testing.T) {
+	v1, v2 := buildResolver(t, "v1"), buildResolver(t, "v2")
+	dir := t.TempDir()
+	static, metrics := dnstest.FreePort(t), dnstest.FreePort(t)
+	args := []string{
+		"--state-dir", filepath.Join(dir, "state"), "--control", filepath.Join(dir, "control.sock"),
+		"--handover", filepath.Join(dir, "handover.sock"), "--listen", static.String(),
+		"--upstream", "127.0.0.1:9", "--metrics", metrics.String(),
+	}
+	// buildOf returns the version meshhost_build_info names, "" while
+	// nobody serves the metrics.
+	buildOf := func() string {
+		c := http.Client{Timeout: 2 * time.Second}
+		resp, err := c.Get("http://" + metrics.String() + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(body), "\n") {
+			if rest, ok := strings.CutPrefix(line, "meshhost_build_info{"); ok {
+				for _, kv := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(kv, `version="`); ok {
+						return strings.TrimSuffix(strings.TrimSuffix(v, `"} 1`), `"`)
+					}
+				}
+			}
+		}
+		return ""
+	}
+	waitBuild := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		got := buildOf()
+		for got != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("metrics on %s name build %q, want %q", metrics, got, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+			got = buildOf()
+		}
+	}
+	p := startProc(t, exec.Command(v1, args...))
+	p.waitServing(t)
+	waitBuild("v1")
+	c := control.NewClient(control.ClientConfig{Path: filepath.Join(dir, "control.sock")})
+	if err := c.Update(meshRoster(1)); err != nil {
+		t.Fatal(err)
+	}
+
+	next := startProc(t, exec.Command(v2, args...))
+	next.waitServing(t)
+	p.waitExit(t, 30*time.Second)
+	waitBuild("v2")
+	select {
+	case err := <-next.exited:
+		next.exited <- err
+		t.Fatalf("the successor exited (%v):\n%s", err, next.stderr.String())
+	default:
+	}
+	checkStatus(t, c, "v2", []netip.AddrPort{static})
 }

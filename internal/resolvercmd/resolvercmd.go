@@ -140,6 +140,17 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 		fs.Usage()
 		return nil, fmt.Errorf("unexpected arguments %q: %w", fs.Args(), ErrUsage)
 	}
+	if f.metrics != "" {
+		// Checked here: the endpoint itself binds in the background, and
+		// retries what it cannot bind.
+		if _, port, err := net.SplitHostPort(f.metrics); err != nil {
+			fs.Usage()
+			return nil, fmt.Errorf("--metrics %q: %v, want ip:port: %w", f.metrics, err, ErrUsage)
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			fs.Usage()
+			return nil, fmt.Errorf("--metrics %q: port %q is not a number: %w", f.metrics, port, ErrUsage)
+		}
+	}
 	if f.stateDir != "" && f.state == "" {
 		f.state = filepath.Join(f.stateDir, "roster.json")
 	}
@@ -287,22 +298,26 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		// clients already: they are allowed before the first is read.
 		s.ctl.ApplyClients()
 	}
-	if f.metrics != "" {
-		l, err := net.Listen("tcp", f.metrics)
-		if err != nil {
-			abort()
-			return 1, fmt.Errorf("--metrics: %w", err)
+	// The metrics endpoint never stops the resolver from serving: a
+	// successor binds it once its predecessor, which holds the port, has
+	// drained (see succ.Serving below), and a port taken is retried in the
+	// background.
+	mctx, stopMetrics := context.WithCancel(ctx)
+	var metricsWG sync.WaitGroup
+	defer func() { stopMetrics(); metricsWG.Wait() }()
+	var metricsOnce sync.Once
+	startMetrics := func() {
+		if f.metrics == "" {
+			return
 		}
-		mctx, stopMetrics := context.WithCancel(ctx)
-		served := make(chan struct{})
-		go func() {
-			if err := procmetrics.Serve(mctx, l, reg); err != nil {
-				log.Error("metrics endpoint stopped", "err", err)
-			}
-			close(served)
-		}()
-		defer func() { stopMetrics(); <-served }()
-		log.Info("metrics", "addr", l.Addr().String())
+		metricsOnce.Do(func() {
+			metricsWG.Go(func() {
+				serveMetrics(mctx, log, f.metrics, func(l net.Listener) error { return procmetrics.Serve(mctx, l, reg) })
+			})
+		})
+	}
+	if succ == nil {
+		startMetrics()
 	}
 	if err := s.adoptListeners(in, f.listen, exposed); err != nil {
 		abort()
@@ -346,6 +361,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 			} else {
 				log.Info("the predecessor drained and is gone")
 			}
+			startMetrics() // its port is free, or about to be
 		})
 	}
 	s.storeAll()
@@ -484,5 +500,51 @@ func FlushOnSignal(ctx context.Context, srv *resolver.Server) (stop func()) {
 		signal.Stop(usr1)
 		cancel()
 		<-done
+	}
+}
+
+// Retries of the metrics endpoint's port: the first soon (a predecessor
+// frees it moments after it drained), then less often.
+const (
+	metricsRetryMin = 50 * time.Millisecond
+	metricsRetryMax = 5 * time.Second
+	// metricsPatience is how long the port may stay taken before it is
+	// logged: a predecessor's exit takes less.
+	metricsPatience = 3 * time.Second
+)
+
+// serveMetrics listens on addr and serves it until ctx ends. While the
+// port is taken (a predecessor still exiting, another process) it retries
+// in the background, logging it once the wait outlasts metricsPatience:
+// the resolver serves DNS meanwhile, and metrics never stop it.
+func serveMetrics(ctx context.Context, log *slog.Logger, addr string, serve func(net.Listener) error) {
+	start := time.Now()
+	wait, warned, tries := metricsRetryMin, false, 0
+	for {
+		tries++
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			if warned {
+				log.Info("metrics: listening at last", "addr", l.Addr().String(), "tries", tries, "after", time.Since(start).Round(time.Millisecond))
+			} else {
+				log.Info("metrics", "addr", l.Addr().String())
+			}
+			if err := serve(l); err != nil {
+				log.Error("metrics endpoint stopped", "err", err)
+			}
+			return
+		}
+		if !warned && time.Since(start) >= metricsPatience {
+			log.Warn("metrics: cannot listen yet; retrying in the background (DNS is served meanwhile)", "addr", addr, "err", err)
+			warned = true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, metricsRetryMax)
 	}
 }

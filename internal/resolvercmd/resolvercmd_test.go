@@ -1,10 +1,17 @@
 package resolvercmd
 
 import (
+	"context"
+	"errors"
 	"io"
+	"log/slog"
+	"net"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/resolver"
 )
 
@@ -30,6 +37,85 @@ func TestCacheFlags(t *testing.T) {
 		if got.CacheSize != tc.want.CacheSize || got.CacheMaxTTL != tc.want.CacheMaxTTL || got.CacheMaxNegativeTTL != tc.want.CacheMaxNegativeTTL {
 			t.Errorf("flags %q: cache %d, %v, %v; want %d, %v, %v", tc.args, got.CacheSize, got.CacheMaxTTL, got.CacheMaxNegativeTTL,
 				tc.want.CacheSize, tc.want.CacheMaxTTL, tc.want.CacheMaxNegativeTTL)
+		}
+	}
+}
+
+// TestMetricsWaitsForThePort: the metrics endpoint's port held by another
+// process (a predecessor still exiting) is retried in the background,
+// logged once when it outlasts metricsPatience, and served once free.
+func TestMetricsWaitsForThePort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		held, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := held.Addr().String()
+		var logs syncbuf.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		ctx, cancel := context.WithCancel(t.Context())
+		served := make(chan string, 1)
+		done := make(chan struct{})
+		go func() {
+			serveMetrics(ctx, log, addr, func(l net.Listener) error {
+				served <- l.Addr().String()
+				<-ctx.Done()
+				return l.Close()
+			})
+			close(done)
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if strings.Contains(logs.String(), "cannot listen") {
+			t.Errorf("logged within a second, before metricsPatience:\n%s", logs.String())
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := strings.Count(logs.String(), "cannot listen yet"); n != 1 {
+			t.Errorf("the taken port logged %d times in a minute, want once:\n%s", n, logs.String())
+		}
+		select {
+		case a := <-served:
+			t.Fatalf("served on %s while the port is held", a)
+		default:
+		}
+
+		held.Close()
+		time.Sleep(metricsRetryMax)
+		synctest.Wait()
+		select {
+		case a := <-served:
+			if a != addr {
+				t.Errorf("served on %s, want %s", a, addr)
+			}
+		default:
+			t.Fatalf("not served %v after the port was freed:\n%s", metricsRetryMax, logs.String())
+		}
+		if !strings.Contains(logs.String(), "metrics: listening at last") {
+			t.Errorf("no line says the endpoint listens at last:\n%s", logs.String())
+		}
+		cancel()
+		<-done
+	})
+}
+
+// TestMetricsFlag: --metrics is checked with the flags (the endpoint binds
+// in the background, and would only retry a malformed address).
+func TestMetricsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		v  string
+		ok bool
+	}{
+		{"127.0.0.1:9470", true},
+		{"localhost:9470", true},
+		{"[::1]:9470", true},
+		{"9470", false},
+		{"127.0.0.1:http", false},
+		{"127.0.0.1:70000", false},
+	} {
+		_, err := parseFlags("test", io.Discard, []string{"--listen", "127.0.0.1:5353", "--roster", "r.json", "--metrics", tc.v})
+		if (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrUsage) {
+			t.Errorf("--metrics %q: %v, want ok=%t (or a usage error)", tc.v, err, tc.ok)
 		}
 	}
 }
