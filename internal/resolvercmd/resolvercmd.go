@@ -341,8 +341,13 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		defer s.ctl.Shutdown(context.Background())
 		log.Info("control socket", "path", f.control)
 	}
-	if pending := awaitAnswering(ctx, srv.Listeners(), 10*time.Second); len(pending) > 0 {
-		log.Error("some addresses of this machine do not answer the resolver's own query", "addrs", pending)
+	// READY=1 once every address of this machine served answers, or after
+	// readyPatience, saying which do not (see readyPatience for why).
+	answer := func(a netip.AddrPort) bool { return answers(a, 500*time.Millisecond) }
+	silent := awaitAnswering(ctx, checkable(srv.Listeners()), readyPatience, answer)
+	if len(silent) > 0 && ctx.Err() == nil {
+		log.Error("READY=1 although some addresses of this machine do not answer the resolver's own query after "+readyPatience.String()+
+			" (a firewall dropping the host's queries to itself?); the others are served, and these are checked every second", "addrs", silent)
 	}
 	if ctx.Err() != nil {
 		// Stopped before it served: a predecessor serves on, and the
@@ -365,7 +370,10 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		})
 	}
 	s.storeAll()
-	sdnotify.Notify(fmt.Sprintf("%s\nSTATUS=serving generation %d on %d addresses", sdnotify.Ready, srv.Generation(), len(srv.Listeners())))
+	status := func(silent []netip.AddrPort) string {
+		return readyStatus(srv.Generation(), len(srv.Listeners()), silent)
+	}
+	sdnotify.Notify(sdnotify.Ready + "\nSTATUS=" + status(silent))
 	stopFlush := FlushOnSignal(ctx, srv)
 	defer stopFlush()
 	fmt.Fprintf(stderr, "%s: serving on %v\n", prog, srv.Listeners())
@@ -378,6 +386,11 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 			return nil
 		})
 	})
+	if len(silent) > 0 {
+		wg.Go(func() {
+			watchSilent(lctx, log, silent, srv.Listeners, answer, status, func(st string) { sdnotify.Notify(st) })
+		})
+	}
 	if s.ctl != nil {
 		wg.Go(func() {
 			tick := time.NewTicker(5 * time.Second)

@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -118,4 +120,68 @@ func TestMetricsFlag(t *testing.T) {
 			t.Errorf("--metrics %q: %v, want ok=%t (or a usage error)", tc.v, err, tc.ok)
 		}
 	}
+}
+
+// TestReadyPatience: READY=1 waits for the addresses to answer the
+// resolver's own query, at most readyPatience; the status then names those
+// that do not, and they are asked on until they answer, which is logged
+// and reported.
+func TestReadyPatience(t *testing.T) {
+	a, b := netip.MustParseAddrPort("127.0.0.1:5301"), netip.MustParseAddrPort("127.0.0.1:5302")
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		if silent := awaitAnswering(t.Context(), []netip.AddrPort{a, b}, readyPatience, func(netip.AddrPort) bool { return true }); len(silent) > 0 || time.Since(start) > 0 {
+			t.Errorf("answering at once: silent %v after %v, want none at once", silent, time.Since(start))
+		}
+
+		var asked atomic.Int32
+		answer := func(x netip.AddrPort) bool { return x == a && asked.Add(1) > 3 } // a answers late, b never
+		start = time.Now()
+		silent := awaitAnswering(t.Context(), []netip.AddrPort{a, b}, readyPatience, answer)
+		if took := time.Since(start); took < readyPatience || took > readyPatience+time.Second {
+			t.Errorf("awaitAnswering with %s silent returned after %v, want %v", b, took, readyPatience)
+		}
+		if len(silent) != 1 || silent[0] != b {
+			t.Fatalf("silent = %v, want [%s]", silent, b)
+		}
+		status := func(s []netip.AddrPort) string { return readyStatus(3, 2, s) }
+		if got, want := status(silent), "serving generation 3 on 2 addresses; 1 do not answer the resolver's own query: [127.0.0.1:5302]"; got != want {
+			t.Errorf("status = %q, want %q", got, want)
+		}
+
+		var up atomic.Bool
+		var logs syncbuf.Buffer
+		notes := make(chan string, 10)
+		done := make(chan struct{})
+		go func() {
+			watchSilent(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)), silent,
+				func() []netip.AddrPort { return []netip.AddrPort{a, b} },
+				func(netip.AddrPort) bool { return up.Load() }, status, func(st string) { notes <- st })
+			close(done)
+		}()
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if n := len(notes); n > 0 || logs.String() != "" {
+			t.Errorf("while %s is silent: %d status updates, logs %q; want none", b, n, logs.String())
+		}
+		up.Store(true)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		select {
+		case st := <-notes:
+			if want := "STATUS=serving generation 3 on 2 addresses"; st != want {
+				t.Errorf("once %s answers: %q, want %q", b, st, want)
+			}
+		default:
+			t.Errorf("no status once %s answers", b)
+		}
+		if !strings.Contains(logs.String(), "answer the resolver's own query now") || !strings.Contains(logs.String(), b.String()) {
+			t.Errorf("no line says %s answers now:\n%s", b, logs.String())
+		}
+		select {
+		case <-done:
+		default:
+			t.Errorf("watchSilent still runs with every address answering")
+		}
+	})
 }
