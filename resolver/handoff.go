@@ -132,6 +132,14 @@ func unmapped(a netip.AddrPort) netip.AddrPort {
 // ends, and then closes the server. Open TCP connections are closed once
 // reading stops: their clients reconnect, to whoever serves the listening
 // socket now.
+//
+// ctx bounds the wait for forwarded questions, which an upstream may take
+// seconds to answer, or never. When the sockets live on elsewhere (handed
+// to a successor, or kept in systemd's store for the next process) keep
+// it short: a question dropped here is asked again by its client, after
+// its stub resolver's timeout, and answered by whoever reads the sockets
+// then; while this process waits for a silent upstream, the next one
+// (systemd starts it only once this one has exited) reads nothing.
 func (s *Server) Drain(ctx context.Context) error {
 	s.mu.Lock()
 	ls := make([]*listener, 0, len(s.listeners))
@@ -166,6 +174,9 @@ func (s *Server) Drain(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-tick.C:
 		}
+	}
+	if n := s.inflight.Load(); n > 0 {
+		s.log.Info("drained; forwarded questions left unanswered (their clients ask again, and whoever reads the sockets answers)", "forwards", n)
 	}
 	return s.Close()
 }

@@ -219,7 +219,7 @@ func (s *Server) merge() {
 		return err
 	})
 	if err != nil {
-		s.log.Error("folding roster changes into a compiled table failed; the changes stay served as they are", "generation", v.gen, "err", err)
+		s.log.Error("folding roster changes into a compiled table failed; the changes stay served as they are", "roster_generation", v.gen, "err", err)
 		return
 	}
 	s.updateMu.Lock()

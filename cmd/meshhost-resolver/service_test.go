@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -92,6 +96,7 @@ func (p *proc) waitServing(t *testing.T) {
 	for !strings.Contains(p.stderr.String(), ": serving on") {
 		select {
 		case err := <-p.exited:
+			p.exited <- err // for the cleanup
 			t.Fatalf("resolver exited (%v) before serving:\n%s", err, p.stderr.String())
 		default:
 		}
@@ -154,17 +159,57 @@ func (f fleet) window(event string, from, to time.Time) continuity.Row {
 // one lookup fails: a handover to a new build (the predecessor still
 // running), a SIGKILL and a restart (SIGTERM) with the sockets kept in
 // systemd's file descriptor store, and a reboot (nothing kept but the
-// state directory). MESHHOST_CONTINUITY_TABLE names a file that receives
-// the table of results (scripts/bench-continuity prints it).
+// state directory). The upstream never answers, and a question forwarded
+// to it is in flight at the handover and at the restart: the process
+// going away must not wait for it while nobody reads the sockets.
+// MESHHOST_CONTINUITY_TABLE names a file that receives the table of
+// results (scripts/bench-continuity prints it).
 func TestContinuity(t *testing.T) {
 	v1, v2 := buildResolver(t, "v1"), buildResolver(t, "v2")
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "resolv.conf"), nil, 0o644)
+	silent, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}) // reads, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
 	static, exposed := dnstest.FreePort(t), dnstest.FreePort(t)
 	args := []string{
 		"--state-dir", filepath.Join(dir, "state"), "--control", filepath.Join(dir, "control.sock"),
 		"--handover", filepath.Join(dir, "handover.sock"), "--listen", static.String(),
-		"--resolv-conf", filepath.Join(dir, "resolv.conf"),
+		// Longer than any wait of this test: a forward stays in flight.
+		"--upstream", silent.LocalAddr().String(), "--upstream-timeout", "1m",
+	}
+	pending := 0
+	// forwardPending asks an outside name, and returns once the resolver
+	// has forwarded it to the silent upstream.
+	forwardPending := func() {
+		t.Helper()
+		pending++
+		label := fmt.Sprintf("pending-%d", pending)
+		go continuity.UDP(static, label+".example.org", netip.MustParseAddr("192.0.2.1"))(t.Context())
+		silent.SetReadDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 1500)
+		for {
+			n, _, err := silent.ReadFromUDP(buf)
+			if err != nil {
+				t.Fatalf("%s.example.org was not forwarded to the upstream: %v", label, err)
+			}
+			if bytes.Contains(buf[:n], append([]byte(label), "\x07example"...)) {
+				return
+			}
+		}
+	}
+	// promptly fails unless the process going away exited within a bound
+	// far under the forward's timeout (a minute) and the drains' (5 and
+	// 10 s): with nobody reading the sockets meanwhile, or holding the
+	// metrics port the successor binds, it exits in about 100 ms.
+	promptly := func(event string, since time.Time) {
+		t.Helper()
+		took := time.Since(since)
+		if took > 3*time.Second {
+			t.Errorf("%s: the old process exited %v later, with a forward in flight; want it within 3 s", event, took.Round(time.Millisecond))
+		}
+		t.Logf("%s: the old process exited %v later, with a forward in flight", event, took.Round(time.Millisecond))
 	}
 	sd := fakesystemd.New(t)
 	env := []string{"WATCHDOG_USEC=2000000"}
@@ -206,9 +251,12 @@ func TestContinuity(t *testing.T) {
 	}
 
 	event("resolver upgrade (handover, new build)", func() time.Time {
+		forwardPending()
 		next := startProc(t, exec.Command(v2, args...)) // beside the old one, as an operator would
 		next.waitServing(t)
+		serving := time.Now()
 		p.waitExit(t, 30*time.Second)
+		promptly("handover", serving)
 		p = next
 		return time.Time{}
 	})
@@ -245,10 +293,13 @@ func TestContinuity(t *testing.T) {
 		return time.Time{}
 	})
 	event("resolver restart to a new build (SIGTERM, fd store)", func() time.Time {
+		forwardPending()
 		n := len(sd.Messages())
+		term := time.Now()
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		sd.Wait(n, "STOPPING=1", 10*time.Second)
 		p.waitExit(t, 30*time.Second)
+		promptly("restart", term)
 		p = startProc(t, sd.Command(v2, env, args...))
 		sd.Wait(n, "READY=1", 30*time.Second)
 		return time.Time{}
@@ -384,4 +435,127 @@ func TestNotify(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	sd.Wait(n, "STOPPING=1", 10*time.Second)
 	p.waitExit(t, 30*time.Second)
+}
+
+// TestHUPWhileStarting: a SIGHUP while the resolver starts (here, held
+// while it asks the handover socket for a predecessor's sockets, as it
+// would be loading a large saved roster) neither kills it nor stops it:
+// Go's default for SIGHUP is to exit, and `systemctl reload` or a
+// logrotate can send one at any moment.
+func TestHUPWhileStarting(t *testing.T) {
+	bin := buildResolver(t, "v1")
+	dir := t.TempDir()
+	roster := filepath.Join(dir, "roster", "roster.json")
+	os.Mkdir(filepath.Dir(roster), 0o755)
+	if err := os.WriteFile(roster, []byte(`{"generation": 1, "zones": ["internal"], "names": {"gitea.novox.internal": ["10.89.0.7"]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A predecessor that takes the connection and never answers.
+	hpath := filepath.Join(dir, "handover.sock")
+	hl, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: hpath, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Close()
+	addr := dnstest.FreePort(t)
+	sd := fakesystemd.New(t)
+	p := startProc(t, sd.Command(bin, nil, "--roster", roster, "--listen", addr.String(), "--handover", hpath, "--upstream", "127.0.0.1:9"))
+	hl.SetDeadline(time.Now().Add(30 * time.Second))
+	c, err := hl.AcceptUnix()
+	if err != nil {
+		t.Fatalf("the resolver did not ask the handover socket: %v", err)
+	}
+	defer c.Close()
+	// It runs, and has not served yet.
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		t.Fatalf("the resolver exited (%v) on a SIGHUP while starting:\n%s", err, p.stderr.String())
+	case <-time.After(time.Second):
+	}
+	// No predecessor after all: it binds afresh, serves, and reloads.
+	hl.Close()
+	c.Close()
+	sd.Wait(0, "READY=1", 30*time.Second)
+	r, err := dnstest.Exchange(dns.NewMsg("gitea.novox.internal.", dns.TypeA), "udp", addr.String(), 2*time.Second)
+	if err != nil {
+		t.Fatalf("lookup after READY=1: %v", err)
+	}
+	if err := continuity.CheckA(r, netip.MustParseAddr("10.89.0.7")); err != nil {
+		t.Errorf("lookup after READY=1: %v", err)
+	}
+	n := len(sd.Messages())
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	sd.Wait(n, "STOPPING=1", 10*time.Second)
+	p.waitExit(t, 30*time.Second)
+}
+
+// TestHandoverKeepsMetrics: a successor started with the predecessor's
+// --metrics address (as the packaged unit runs both) takes over, and
+// serves the metrics once the predecessor, which held the port, is gone:
+// the port taken never aborts the takeover.
+func TestHandoverKeepsMetrics(t *testing.T) {
+	v1, v2 := buildResolver(t, "v1"), buildResolver(t, "v2")
+	dir := t.TempDir()
+	static, metrics := dnstest.FreePort(t), dnstest.FreePort(t)
+	args := []string{
+		"--state-dir", filepath.Join(dir, "state"), "--control", filepath.Join(dir, "control.sock"),
+		"--handover", filepath.Join(dir, "handover.sock"), "--listen", static.String(),
+		"--upstream", "127.0.0.1:9", "--metrics", metrics.String(),
+	}
+	// buildOf returns the version meshhost_build_info names, "" while
+	// nobody serves the metrics.
+	buildOf := func() string {
+		c := http.Client{Timeout: 2 * time.Second}
+		resp, err := c.Get("http://" + metrics.String() + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(body), "\n") {
+			if rest, ok := strings.CutPrefix(line, "meshhost_build_info{"); ok {
+				for _, kv := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(kv, `version="`); ok {
+						return strings.TrimSuffix(strings.TrimSuffix(v, `"} 1`), `"`)
+					}
+				}
+			}
+		}
+		return ""
+	}
+	waitBuild := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		got := buildOf()
+		for got != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("metrics on %s name build %q, want %q", metrics, got, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+			got = buildOf()
+		}
+	}
+	p := startProc(t, exec.Command(v1, args...))
+	p.waitServing(t)
+	waitBuild("v1")
+	c := control.NewClient(control.ClientConfig{Path: filepath.Join(dir, "control.sock")})
+	if err := c.Update(meshRoster(1)); err != nil {
+		t.Fatal(err)
+	}
+
+	next := startProc(t, exec.Command(v2, args...))
+	next.waitServing(t)
+	p.waitExit(t, 30*time.Second)
+	waitBuild("v2")
+	select {
+	case err := <-next.exited:
+		next.exited <- err
+		t.Fatalf("the successor exited (%v):\n%s", err, next.stderr.String())
+	default:
+	}
+	checkStatus(t, c, "v2", []netip.AddrPort{static})
 }

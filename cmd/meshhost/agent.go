@@ -295,6 +295,8 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 			}
 			return nil
 		}
+		// READY=1 once the resolver answers; the watchdog follows this
+		// process alone, not the resolver (see agent.Notify).
 		g.Go(func() error { agent.Notify(gctx, logger, liveness); return nil })
 
 		if *declPath != "" {

@@ -1144,23 +1144,29 @@ func (a *Agent) Handler() http.Handler {
 }
 
 // Notify tells systemd how the agent is (package sdnotify; nothing without
-// NOTIFY_SOCKET) until ctx ends: READY=1 once its resolver answers,
-// WATCHDOG=1 from a loop of its own that never waits for a pass (a pass
-// may wait minutes on a health-gated start), as long as Liveness holds,
-// and STOPPING=1 at the end.
+// NOTIFY_SOCKET) until ctx ends: READY=1 once its resolver answers
+// (Liveness), then WATCHDOG=1, and STOPPING=1 at the end.
+//
+// The watchdog follows this process alone, from a loop of its own: never
+// a pass (which may wait minutes on a health-gated start), never the
+// resolver. A resolver down for longer than WatchdogSec must not get the
+// agent killed: restarted, it would wait for the resolver before READY=1
+// and be killed again, in a loop, while it could have fed the resolver
+// the moment it came back. /livez says the resolver is down.
 func (a *Agent) Notify(ctx context.Context) { Notify(ctx, a.log, a.Liveness) }
 
-// Notify is Agent.Notify with alive in the place of Liveness, for the
-// agent command while it has no Agent yet (podman's API down at start).
-func Notify(ctx context.Context, log *slog.Logger, alive func() error) {
+// Notify is Agent.Notify with ready in the place of Liveness, for the
+// agent command while it has no Agent yet (podman's API down at start):
+// READY=1 once ready returns nil, then WATCHDOG=1 for as long as this
+// process runs.
+func Notify(ctx context.Context, log *slog.Logger, ready func() error) {
 	if !sdnotify.Enabled() {
 		return
 	}
 	defer sdnotify.Notify(sdnotify.Stopping)
-	go sdnotify.WatchdogLoop(ctx, log, alive)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	for alive() != nil {
+	for ready() != nil {
 		select {
 		case <-ctx.Done():
 			return
@@ -1170,7 +1176,11 @@ func Notify(ctx context.Context, log *slog.Logger, alive func() error) {
 	if err := sdnotify.Notify(sdnotify.Ready + "\nSTATUS=the resolver answers"); err != nil {
 		log.Warn("telling systemd the agent is ready", "err", err)
 	}
-	<-ctx.Done()
+	tick.Stop()
+	// This loop running is what the watchdog checks: nothing else can
+	// hold it back.
+	sdnotify.WatchdogLoop(ctx, log, func() error { return nil })
+	<-ctx.Done() // WatchdogLoop returns at once when the unit sets no watchdog
 }
 
 // writeAtomic writes a state file whole or not at all.

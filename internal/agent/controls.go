@@ -180,12 +180,12 @@ func (a *Agent) controlsLocked(decl *spec.Declaration, rosterGen uint64, h *pass
 		for _, r := range h.Replacements {
 			names = append(names, r.Container)
 		}
-		a.log.Error(h.String(), "generation", h.Generation, "replacements", len(h.Replacements),
+		a.log.Error(h.String(), "declaration_generation", h.Generation, "replacements", len(h.Replacements),
 			"hold_above", h.HoldAbove, "containers", strings.Join(names, ","))
 	case h != nil && h.Approved && (prev == nil || !prev.Approved || prev.Generation != h.Generation):
-		a.log.Warn("held declaration approved by the operator: it goes ahead, paced by the replacement budget", "generation", h.Generation, "replacements", len(h.Replacements))
+		a.log.Warn("held declaration approved by the operator: it goes ahead, paced by the replacement budget", "declaration_generation", h.Generation, "replacements", len(h.Replacements))
 	case h == nil && prev.Held():
-		a.log.Info("the hold is lifted: the declaration in force replaces at most --hold-above containers", "generation", decl.Generation, "held_generation", prev.Generation)
+		a.log.Info("the hold is lifted: the declaration in force replaces at most --hold-above containers", "declaration_generation", decl.Generation, "held_declaration_generation", prev.Generation)
 	}
 	a.hold = h
 	a.metrics.held.Set(b2f(h.Held()))

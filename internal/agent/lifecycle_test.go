@@ -245,6 +245,44 @@ func TestNotify(t *testing.T) {
 	sd.Wait(n, "STOPPING=1", 5*time.Second)
 }
 
+// TestWatchdogIgnoresTheResolver: once ready, WATCHDOG=1 keeps coming
+// while the resolver is down. The watchdog is the agent's own: were it to
+// follow the resolver, a resolver down for longer than WatchdogSec would
+// get the agent killed, and the agent restarted would wait for the
+// resolver to send READY=1, and be killed again (TimeoutStartSec), in a
+// loop. /livez still says the resolver does not answer.
+func TestWatchdogIgnoresTheResolver(t *testing.T) {
+	sd := fakesystemd.New(t)
+	t.Setenv("NOTIFY_SOCKET", sd.Socket())
+	t.Setenv("WATCHDOG_USEC", "400000")
+	var down atomic.Bool
+	f := newFixture(t, true, func(c *Config) {
+		c.ResolverAlive = func() error {
+			if down.Load() {
+				return errors.New("resolver control socket: connection refused")
+			}
+			return nil
+		}
+	})
+	f.push(t, declaration(1, spec.FlagOn, 2, 10))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.agent.Notify(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	i, _ := sd.Wait(0, "READY=1", 10*time.Second)
+	sd.Wait(i+1, "WATCHDOG=1", 10*time.Second)
+
+	down.Store(true)
+	if err := f.agent.Liveness(); err == nil {
+		t.Errorf("Liveness() = nil with the resolver down; /livez says the resolver does not answer")
+	}
+	n := len(sd.Messages())
+	for range 5 { // at 100 ms each, 5 pings span more than the 400 ms watchdog
+		n, _ = sd.Wait(n, "WATCHDOG=1", 10*time.Second)
+		n++
+	}
+}
+
 // fakeExposer exposes every network, or fails with *err when set.
 type fakeExposer struct{ err *atomic.Pointer[error] }
 

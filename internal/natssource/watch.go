@@ -278,7 +278,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case err.Error() != w.lastProblemLog:
 			w.lastProblemLog = err.Error()
 			w.log.Warn("roster watch interrupted; the roster in force stays, and reading resumes after the last revision read",
-				"err", err, "revision", from, "generation", w.roster.gen)
+				"err", err, "revision", from, "roster_generation", w.roster.gen)
 		}
 		w.mu.Unlock()
 		if time.Since(start) > w.cfg.Patience {

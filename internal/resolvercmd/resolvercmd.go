@@ -140,6 +140,17 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 		fs.Usage()
 		return nil, fmt.Errorf("unexpected arguments %q: %w", fs.Args(), ErrUsage)
 	}
+	if f.metrics != "" {
+		// Checked here: the endpoint itself binds in the background, and
+		// retries what it cannot bind.
+		if _, port, err := net.SplitHostPort(f.metrics); err != nil {
+			fs.Usage()
+			return nil, fmt.Errorf("--metrics %q: %v, want ip:port: %w", f.metrics, err, ErrUsage)
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			fs.Usage()
+			return nil, fmt.Errorf("--metrics %q: port %q is not a number: %w", f.metrics, port, ErrUsage)
+		}
+	}
 	if f.stateDir != "" && f.state == "" {
 		f.state = filepath.Join(f.stateDir, "roster.json")
 	}
@@ -163,6 +174,34 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 // then every address served (inherited sockets, or bound afresh: the static
 // --listen ones and the saved exposure's), and only then READY=1.
 func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int, error) {
+	// Signals first, before anything that takes time (a predecessor's
+	// handover, a large saved roster): Go's default for SIGHUP is to exit,
+	// and a reload (`systemctl reload`, a log rotation) may come at any
+	// moment. SIGHUP reloads once serving; SIGTERM and SIGINT stop.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	hup := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig := <-sigs:
+				if sig != syscall.SIGHUP {
+					stop()
+					continue
+				}
+				select {
+				case hup <- struct{}{}:
+				default: // one reload pending is enough
+				}
+			}
+		}
+	}()
+
 	f, err := parseFlags(prog, stderr, args)
 	if err != nil {
 		return 2, err // usage and flag errors
@@ -259,22 +298,26 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		// clients already: they are allowed before the first is read.
 		s.ctl.ApplyClients()
 	}
-	if f.metrics != "" {
-		l, err := net.Listen("tcp", f.metrics)
-		if err != nil {
-			abort()
-			return 1, fmt.Errorf("--metrics: %w", err)
+	// The metrics endpoint never stops the resolver from serving: a
+	// successor binds it once its predecessor, which holds the port, has
+	// drained (see succ.Serving below), and a port taken is retried in the
+	// background.
+	mctx, stopMetrics := context.WithCancel(ctx)
+	var metricsWG sync.WaitGroup
+	defer func() { stopMetrics(); metricsWG.Wait() }()
+	var metricsOnce sync.Once
+	startMetrics := func() {
+		if f.metrics == "" {
+			return
 		}
-		mctx, stopMetrics := context.WithCancel(ctx)
-		served := make(chan struct{})
-		go func() {
-			if err := procmetrics.Serve(mctx, l, reg); err != nil {
-				log.Error("metrics endpoint stopped", "err", err)
-			}
-			close(served)
-		}()
-		defer func() { stopMetrics(); <-served }()
-		log.Info("metrics", "addr", l.Addr().String())
+		metricsOnce.Do(func() {
+			metricsWG.Go(func() {
+				serveMetrics(mctx, log, f.metrics, func(l net.Listener) error { return procmetrics.Serve(mctx, l, reg) })
+			})
+		})
+	}
+	if succ == nil {
+		startMetrics()
 	}
 	if err := s.adoptListeners(in, f.listen, exposed); err != nil {
 		abort()
@@ -298,8 +341,20 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		defer s.ctl.Shutdown(context.Background())
 		log.Info("control socket", "path", f.control)
 	}
-	if pending := awaitAnswering(ctx, srv.Listeners(), 10*time.Second); len(pending) > 0 {
-		log.Error("some addresses of this machine do not answer the resolver's own query", "addrs", pending)
+	// READY=1 once every address of this machine served answers, or after
+	// readyPatience, saying which do not (see readyPatience for why).
+	answer := func(a netip.AddrPort) bool { return answers(a, 500*time.Millisecond) }
+	silent := awaitAnswering(ctx, checkable(srv.Listeners()), readyPatience, answer)
+	if len(silent) > 0 && ctx.Err() == nil {
+		log.Error("READY=1 although some addresses of this machine do not answer the resolver's own query after "+readyPatience.String()+
+			" (a firewall dropping the host's queries to itself?); the others are served, and these are checked every second", "addrs", silent)
+	}
+	if ctx.Err() != nil {
+		// Stopped before it served: a predecessor serves on, and the
+		// sockets in systemd's store stay there.
+		sdnotify.Notify(sdnotify.Stopping)
+		abort()
+		return 0, nil
 	}
 	if succ != nil {
 		// Serving now: the predecessor stops reading and drains.
@@ -311,13 +366,14 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 			} else {
 				log.Info("the predecessor drained and is gone")
 			}
+			startMetrics() // its port is free, or about to be
 		})
 	}
 	s.storeAll()
-	sdnotify.Notify(fmt.Sprintf("%s\nSTATUS=serving generation %d on %d addresses", sdnotify.Ready, srv.Generation(), len(srv.Listeners())))
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	status := func(silent []netip.AddrPort) string {
+		return readyStatus(srv.Generation(), len(srv.Listeners()), silent)
+	}
+	sdnotify.Notify(sdnotify.Ready + "\nSTATUS=" + status(silent))
 	stopFlush := FlushOnSignal(ctx, srv)
 	defer stopFlush()
 	fmt.Fprintf(stderr, "%s: serving on %v\n", prog, srv.Listeners())
@@ -330,6 +386,11 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 			return nil
 		})
 	})
+	if len(silent) > 0 {
+		wg.Go(func() {
+			watchSilent(lctx, log, silent, srv.Listeners, answer, status, func(st string) { sdnotify.Notify(st) })
+		})
+	}
 	if s.ctl != nil {
 		wg.Go(func() {
 			tick := time.NewTicker(5 * time.Second)
@@ -361,9 +422,14 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 				s.ctl.Shutdown(context.Background())
 			}
 			// Stop reading and answer what was read: under systemd the
-			// sockets stay in its store, and the next process answers
-			// what queues in them meanwhile.
-			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			// sockets stay in its store, and the next process, started
+			// once this one is gone, answers what queues in them
+			// meanwhile; so this one goes at once (see drainHanded).
+			grace := drainAlone
+			if s.inStore.Load() {
+				grace = drainHanded
+			}
+			dctx, cancel := context.WithTimeout(context.Background(), grace)
 			srv.Drain(dctx)
 			cancel()
 			return 0, nil
@@ -414,7 +480,7 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 		if diff := srv.Differences(r, 10); len(diff) > 0 {
 			return fmt.Errorf("roster %q: generation %d is served with other names (%s); a changed roster needs a newer generation", path, r.Generation, strings.Join(diff, "; "))
 		}
-		log.Info("roster file unchanged; keeping the served roster", "path", path, "generation", r.Generation)
+		log.Info("roster file unchanged; keeping the served roster", "path", path, "roster_generation", r.Generation)
 		return nil
 	}
 	if err != nil {
@@ -447,5 +513,51 @@ func FlushOnSignal(ctx context.Context, srv *resolver.Server) (stop func()) {
 		signal.Stop(usr1)
 		cancel()
 		<-done
+	}
+}
+
+// Retries of the metrics endpoint's port: the first soon (a predecessor
+// frees it moments after it drained), then less often.
+const (
+	metricsRetryMin = 50 * time.Millisecond
+	metricsRetryMax = 5 * time.Second
+	// metricsPatience is how long the port may stay taken before it is
+	// logged: a predecessor's exit takes less.
+	metricsPatience = 3 * time.Second
+)
+
+// serveMetrics listens on addr and serves it until ctx ends. While the
+// port is taken (a predecessor still exiting, another process) it retries
+// in the background, logging it once the wait outlasts metricsPatience:
+// the resolver serves DNS meanwhile, and metrics never stop it.
+func serveMetrics(ctx context.Context, log *slog.Logger, addr string, serve func(net.Listener) error) {
+	start := time.Now()
+	wait, warned, tries := metricsRetryMin, false, 0
+	for {
+		tries++
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			if warned {
+				log.Info("metrics: listening at last", "addr", l.Addr().String(), "tries", tries, "after", time.Since(start).Round(time.Millisecond))
+			} else {
+				log.Info("metrics", "addr", l.Addr().String())
+			}
+			if err := serve(l); err != nil {
+				log.Error("metrics endpoint stopped", "err", err)
+			}
+			return
+		}
+		if !warned && time.Since(start) >= metricsPatience {
+			log.Warn("metrics: cannot listen yet; retrying in the background (DNS is served meanwhile)", "addr", addr, "err", err)
+			warned = true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, metricsRetryMax)
 	}
 }

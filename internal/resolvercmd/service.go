@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
@@ -29,6 +30,23 @@ const (
 	fileHandover = "handover"
 	prefixUDP    = "dns-udp-"
 	prefixTCP    = "dns-tcp-"
+)
+
+// How long a resolver that stopped reading its sockets waits for the
+// answers to the questions it forwarded (resolver.Server.Drain).
+const (
+	// drainHanded: the sockets live on, in a successor that reads them
+	// already or in systemd's store, which hands them to the next process
+	// only once this one has exited. A forward to an upstream slow to
+	// answer (or silent) must not keep that process from reading, nor
+	// from binding the metrics port this one holds: it is dropped, its
+	// client asks again after its stub resolver's timeout, and whoever
+	// reads the sockets then answers.
+	drainHanded = 100 * time.Millisecond
+	// drainAlone: nobody reads the sockets after this process (no
+	// service manager keeps them): every answer it can still give is
+	// worth a few seconds.
+	drainAlone = 5 * time.Second
 )
 
 // fileName is the name a listener's socket travels under: systemd's file
@@ -98,6 +116,9 @@ type service struct {
 	// handed is closed once the sockets are handed over and drained.
 	handed   chan struct{}
 	handOnce sync.Once
+	// inStore is set once DNS sockets are in systemd's file descriptor
+	// store: they outlive this process.
+	inStore atomic.Bool
 }
 
 // takeSockets collects what systemd passed and, with --handover, what a
@@ -259,6 +280,8 @@ func (s *service) storeListeners(only []netip.AddrPort) {
 			}{{fileName(prefixUDP, lf.Addr), lf.UDP}, {fileName(prefixTCP, lf.Addr), lf.TCP}} {
 				if err := sdnotify.Store(x.name, x.f); err != nil {
 					s.log.Warn("storing a socket with systemd", "name", x.name, "err", err)
+				} else {
+					s.inStore.Store(true)
 				}
 			}
 		}
@@ -358,34 +381,103 @@ func (s *service) Release(ctx context.Context) error {
 		s.ctlSpare.Close()
 		s.ctlSpare = nil
 	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// The successor reads the sockets already: what this process has not
+	// answered in a moment, its clients ask again, of the successor.
+	dctx, cancel := context.WithTimeout(ctx, drainHanded)
 	defer cancel()
 	err := s.srv.Drain(dctx)
 	s.handOnce.Do(func() { close(s.handed) })
 	return err
 }
 
-// awaitAnswering waits until every listener on an address of this machine
-// answers a query (a STATUS query: answered NOTIMP, or REFUSED, by the
-// resolver itself, never forwarded), for at most limit. Addresses that are
-// not assigned yet (a bridge gateway bound ahead with IP_FREEBIND) cannot
-// be asked without the query leaving the machine, so they are not.
-func awaitAnswering(ctx context.Context, addrs []netip.AddrPort, limit time.Duration) []netip.AddrPort {
+// readyPatience bounds the wait, before READY=1, for the addresses of this
+// machine the resolver serves to answer its own query.
+//
+// READY=1 means that the resolver answers on its addresses, and as a rule
+// it comes within milliseconds: the sockets are this process's, bound or
+// inherited, and read. An address still silent after readyPatience has a
+// fault that waiting does not mend (a firewall dropping the host's
+// queries to itself, an interface going away), and waiting on would do
+// harm: systemd would kill the resolver at TimeoutStartSec= and start it
+// again, in a loop, taking DNS from the addresses that do answer, and
+// podman (ordered after the resolver) would start no container meanwhile.
+// So READY=1 comes then anyway: an error in the log and STATUS= (in
+// `systemctl status`) name the silent addresses, and they are checked on
+// in the background (watchSilent), which says when they answer.
+const readyPatience = 10 * time.Second
+
+// checkable returns the addresses of addrs that the resolver can ask
+// itself: loopback and this machine's own. Addresses that are not assigned
+// yet (a bridge gateway bound ahead with IP_FREEBIND) cannot be asked
+// without the query leaving the machine, so they are not.
+func checkable(addrs []netip.AddrPort) []netip.AddrPort {
 	local := localAddrs()
-	var pending []netip.AddrPort
+	var out []netip.AddrPort
 	for _, a := range addrs {
 		if a.Addr().IsLoopback() || local[a.Addr()] {
-			pending = append(pending, a)
+			out = append(out, a)
 		}
 	}
+	return out
+}
+
+// awaitAnswering waits until answer(a) holds for every address of addrs,
+// for at most limit; it returns those for which it does not.
+func awaitAnswering(ctx context.Context, addrs []netip.AddrPort, limit time.Duration, answer func(netip.AddrPort) bool) []netip.AddrPort {
+	pending := slices.Clone(addrs)
 	deadline := time.Now().Add(limit)
-	for len(pending) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-		pending = slices.DeleteFunc(pending, func(a netip.AddrPort) bool { return answers(a, 500*time.Millisecond) })
-		if len(pending) > 0 {
-			time.Sleep(50 * time.Millisecond)
+	for len(pending) > 0 && ctx.Err() == nil {
+		pending = slices.DeleteFunc(pending, answer)
+		if len(pending) == 0 || !time.Now().Before(deadline) {
+			break
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	return pending
+}
+
+// readyStatus is the STATUS= the resolver reports: what it serves, and the
+// addresses of this machine that do not answer its own query.
+func readyStatus(generation uint64, addrs int, silent []netip.AddrPort) string {
+	s := fmt.Sprintf("serving generation %d on %d addresses", generation, addrs)
+	if len(silent) > 0 {
+		s += fmt.Sprintf("; %d do not answer the resolver's own query: %v", len(silent), silent)
+	}
+	return s
+}
+
+// watchSilent asks the silent addresses again every second until each
+// answers, or is no longer served (serving), or ctx ends; it logs those
+// that answer and hands the new status to notify.
+func watchSilent(ctx context.Context, log *slog.Logger, silent []netip.AddrPort, serving func() []netip.AddrPort,
+	answer func(netip.AddrPort) bool, status func(silent []netip.AddrPort) string, notify func(string)) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for len(silent) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := serving()
+		var answered []netip.AddrPort
+		silent = slices.DeleteFunc(silent, func(a netip.AddrPort) bool {
+			if !slices.Contains(now, a) {
+				return true // no longer served: nothing to wait for
+			}
+			if answer(a) {
+				answered = append(answered, a)
+				return true
+			}
+			return false
+		})
+		if len(answered) > 0 {
+			log.Info("addresses answer the resolver's own query now", "addrs", answered, "still_silent", silent)
+		}
+		if len(answered) > 0 || len(silent) == 0 {
+			notify("STATUS=" + status(silent))
+		}
+	}
 }
 
 func localAddrs() map[netip.Addr]bool {
