@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -298,15 +297,11 @@ func start(t *testing.T, logs *syncbuf.Buffer, bin string, args ...string) {
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 }
 
-// freeTCP returns a loopback address whose TCP port was free a moment ago.
+// freeTCP returns a loopback address whose TCP port was free a moment ago,
+// outside the ephemeral range (dnstest.FreePort).
 func freeTCP(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return dnstest.FreePort(t).String()
 }
 
 // scrapeUntil scrapes addr's /metrics until ready says the process got

@@ -3,6 +3,7 @@ package dnstest
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"testing"
@@ -29,15 +30,19 @@ func Exchange(m *dns.Msg, network, addr string, timeout time.Duration) (*dns.Msg
 
 // FreePort returns a loopback address whose port is free for both UDP and
 // TCP, as a resolver listening on it binds both. It is free when checked:
-// the caller binds it later, so a rare clash is still possible.
+// the caller binds it later. The port is drawn below the kernel's
+// ephemeral range (32768-60999 on Linux), which every outgoing connection
+// and every ":0" bind draws from, so another test's sockets do not take it
+// in between; a rare clash with a test that picked the same port is still
+// possible.
 func FreePort(t testing.TB) netip.AddrPort {
 	t.Helper()
-	for range 20 {
-		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	for range 50 {
+		a := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(20000+rand.IntN(12000)))
+		pc, err := net.ListenPacket("udp4", a.String())
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
-		a := pc.LocalAddr().(*net.UDPAddr).AddrPort()
 		ln, err := net.Listen("tcp4", a.String())
 		pc.Close()
 		if err == nil {
@@ -45,6 +50,6 @@ func FreePort(t testing.TB) netip.AddrPort {
 			return a
 		}
 	}
-	t.Fatal("no loopback port free for both UDP and TCP in 20 tries")
+	t.Fatal("no loopback port free for both UDP and TCP in 50 tries")
 	return netip.AddrPort{}
 }
