@@ -363,12 +363,23 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 				case <-hup:
 				}
 				logger.Info("SIGHUP: reloading the declaration and the log level")
-				if *logLevelFile != "" {
-					if l, err := readLogLevel(*logLevelFile); err != nil {
-						logger.Error("--log-level-file: keeping the level", "level", level.Level(), "err", err)
+				// The level's source, as at start: --log-level-file, else
+				// --log-level on the command line (which stays), else the
+				// configuration file's log-level (its default when the key
+				// is gone).
+				var reload func() (slog.Level, error)
+				switch {
+				case *logLevelFile != "":
+					reload = func() (slog.Level, error) { return readLogLevel(*logLevelFile) }
+				case *configPath != "" && !givenFlags(ctx)["log-level"]:
+					reload = func() (slog.Level, error) { return configLogLevel(fs, *configPath) }
+				}
+				if reload != nil {
+					if l, err := reload(); err != nil {
+						logger.Error("SIGHUP: keeping the log level", "level", level.Level(), "err", err)
 					} else if l != level.Level() {
 						level.Set(l)
-						logger.Info("log level", "level", l)
+						logger.Info("log level", "new_level", l)
 					}
 				}
 				if *declPath != "" {
@@ -570,6 +581,31 @@ func readLogLevel(path string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText(bytes.TrimSpace(data)); err != nil {
 		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return l, nil
+}
+
+// configLogLevel is the log-level key of the configuration file at path,
+// or the flag's default when the file does not set it. The whole file is
+// checked, as at start: a file broken since then changes nothing.
+func configLogLevel(fs *flag.FlagSet, path string) (slog.Level, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	values, err := flagfile.Values(fs, path, data, "config")
+	if err != nil {
+		return 0, err
+	}
+	text := fs.Lookup("log-level").DefValue
+	for _, v := range values {
+		if v.Key == "log-level" {
+			text = v.Strings[0]
+		}
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(text)); err != nil {
+		return 0, fmt.Errorf("%s: log-level: %w", path, err)
 	}
 	return l, nil
 }

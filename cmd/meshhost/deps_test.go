@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -91,4 +92,41 @@ func TestAgentBadFlagsEndIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAgentSIGHUPReloadsConfigLogLevel: run by its configuration file (as
+// the package's unit runs it), the agent takes the file's log-level again
+// on SIGHUP; a file broken since the start changes nothing and says why.
+func TestAgentSIGHUPReloadsConfigLogLevel(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "agent.toml")
+	write := func(level string) {
+		t.Helper()
+		body := fmt.Sprintf("runtime = \"memory\"\nmachine = \"m\"\nstate = %q\nhttp = \"off\"\npush = \"off\"\nlisten = [%q]\nupstream = [\"127.0.0.1:9\"]\n%s",
+			filepath.Join(dir, "state"), dnstest.FreePort(t).String(), level)
+		if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`log-level = "info"` + "\n")
+	logs, done, stop := fltInProcess(t, "--config", config)
+	eventually(t, "the agent starts", 20*time.Second, func() bool { return strings.Contains(logs.String(), "resolver") })
+
+	write(`log-level = "debug"` + "\n")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	eventually(t, "the file's log level taken on SIGHUP", 10*time.Second, func() bool {
+		return strings.Contains(logs.String(), `msg="log level" new_level=DEBUG`)
+	})
+
+	write("log-levell = \"warn\"\n")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	eventually(t, "a broken file refused on SIGHUP", 10*time.Second, func() bool {
+		return strings.Contains(logs.String(), "SIGHUP: keeping the log level") && strings.Contains(logs.String(), "log-levell")
+	})
+	select {
+	case <-done:
+		t.Fatalf("the agent exited on SIGHUP:\n%s", logs.String())
+	default:
+	}
+	stop()
 }
