@@ -268,7 +268,12 @@ func (g *Gate) Observe(nets []Network) (changed bool, err error) {
 }
 
 // NeedsProbe returns the present networks to probe now, sorted: never
-// probed, last probed Interval ago, or failing and last probed Retry ago.
+// probed, last probed Interval ago, failing and last probed Retry ago, or
+// last probed more than proofSkew in the future. A probe from the future
+// was stamped by a clock that has since gone back: its age is unknown, so
+// it is due now rather than when the clock catches up with it (a network
+// in resolve mode would go unchecked that long, a day or a year, and one
+// that lost its path to the resolver would never get its copy back).
 func (g *Gate) NeedsProbe() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -279,6 +284,7 @@ func (g *Gate) NeedsProbe() []string {
 		switch {
 		case !ns.Present:
 		case ns.Last == nil,
+			now.Sub(ns.Last.At) < -proofSkew,
 			now.Sub(ns.Last.At) >= g.cfg.Interval,
 			!ns.Last.Pass && now.Sub(ns.Last.At) >= g.cfg.Retry:
 			out = append(out, name)

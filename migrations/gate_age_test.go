@@ -3,7 +3,10 @@ package migrations
 import (
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/meshhost/meshhost/spec"
 )
@@ -80,3 +83,58 @@ func current(t *testing.T, m spec.Mode, nets ...string) *spec.Rendered {
 }
 
 func sameMode(a, b spec.Mode) bool { return a.Names == b.Names && sameDNS(a.DNS, b.DNS) }
+
+// TestFutureProbeIsDue: a probe stamped more than proofSkew in the future
+// (the clock was ahead when it ran, and was set back since) is due at
+// once, in copy mode and in resolve mode, passed or failed: its age is
+// unknown. Before, NeedsProbe waited for the clock to catch up with it (a
+// day, a year), and a network in resolve mode went unchecked all that
+// time. A probe within the skew keeps its schedule, and once probed again
+// by the corrected clock a network is due Interval later, as any other.
+func TestFutureProbeIsDue(t *testing.T) {
+	const interval = 10 * time.Minute // GateConfig.Interval's default
+	for _, tc := range []struct {
+		name    string
+		resolve bool          // switched to resolve mode before the future probe
+		ahead   time.Duration // how far in the future the probe is stamped
+		pass    bool
+		want    []string // NeedsProbe right after
+	}{
+		{"a day ahead", false, 24 * time.Hour, true, []string{"podman"}},
+		{"a day ahead in resolve mode", true, 24 * time.Hour, true, []string{"podman"}},
+		{"a year ahead in resolve mode", true, 365 * 24 * time.Hour, true, []string{"podman"}},
+		{"a day ahead, failed, in resolve mode", true, 24 * time.Hour, false, []string{"podman"}},
+		{"just beyond the skew", true, proofSkew + time.Second, true, []string{"podman"}},
+		{"within the skew", true, proofSkew / 2, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g, err := OpenGate(GateConfig{Path: filepath.Join(t.TempDir(), stateFile)})
+				mustDo(t, err)
+				_, err = g.Observe([]Network{defaultNet})
+				mustDo(t, err)
+				mustDo(t, g.SetFlag(spec.FlagOn))
+				if tc.resolve {
+					mustDo(t, g.Record([]Result{result(defaultNet, true, time.Now())}))
+					if !g.State().Networks["podman"].Resolve {
+						t.Fatal("setup: a passing probe under flag on did not switch the network")
+					}
+				}
+				mustDo(t, g.Record([]Result{result(defaultNet, tc.pass, time.Now().Add(tc.ahead))}))
+				if diff := cmp.Diff(tc.want, g.NeedsProbe()); diff != "" {
+					t.Errorf("NeedsProbe() right after a probe stamped %v ahead (-want +got):\n%s", tc.ahead, diff)
+				}
+
+				// Probed again by the corrected clock: on schedule again.
+				mustDo(t, g.Record([]Result{result(defaultNet, true, time.Now())}))
+				if got := g.NeedsProbe(); len(got) != 0 {
+					t.Errorf("NeedsProbe() right after a probe now = %v, want none", got)
+				}
+				time.Sleep(interval)
+				if diff := cmp.Diff([]string{"podman"}, g.NeedsProbe()); diff != "" {
+					t.Errorf("NeedsProbe() an Interval after the probe (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
