@@ -518,7 +518,7 @@ func newAgent(ctx context.Context, s agentSetup) (*agent.Agent, error) {
 			migrations.PruneProbeImages(ctx, p, image, logger) // logs what it removes, and what it cannot
 			return migrations.NewRunner(migrations.RunnerConfig{
 				Runtime: p, Exposer: exposer, Image: image, Zone: zone,
-				Outside: s.outside, OutsideWant: s.outsideWant, Logger: logger,
+				Outside: s.outside, OutsideWant: s.outsideWant, Logger: logger, Registerer: s.reg,
 				Owner: s.machine, Canary: s.canary,
 			})
 		}
