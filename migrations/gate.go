@@ -43,7 +43,8 @@ type GateConfig struct {
 	// in resolve mode goes back to copy mode (its containers then get
 	// their copy back through the reconciler's budgeted replacement).
 	// Until then the network is failing: reported loudly, and containers
-	// created on it get copy mode. Default 2.
+	// created on it get copy mode. Zero: the one the state file records
+	// (see Settings), else 2.
 	RollbackAfter int
 	// MaxProofAge is how old a network's passing probe may be and still
 	// switch it to resolve mode (under "auto", switch the machine). A probe
@@ -53,8 +54,18 @@ type GateConfig struct {
 	// that, and those prove nothing about today's networks: a network whose
 	// latest pass is older waits for a new probe. Networks in resolve mode
 	// already stay there (their containers rely on it; a failing probe is
-	// what takes them back). Default DefaultMaxProofAge, or twice Interval
-	// when that is longer.
+	// what takes them back). Zero: the one the state file records (see
+	// Settings), else DefaultMaxProofAge, or twice Interval when that is
+	// longer.
+	//
+	// A gate whose config sets MaxProofAge or RollbackAfter records it in
+	// the state file (State.Settings) when it opens it and whenever it
+	// writes it; one that leaves them zero judges the switch with what the
+	// file records. So the agent, which sets them (--proof-max-age), is
+	// the one whose settings count, and an operator command that opens
+	// the same file without them (`meshhost migrate pause`, `meshhost
+	// probe --state`, `meshhost plan`) judges as the agent does, instead
+	// of switching a network on a proof the agent holds too old.
 	MaxProofAge time.Duration
 }
 
@@ -111,20 +122,55 @@ func OpenGate(cfg GateConfig) (*Gate, error) {
 	}
 	cfg.Interval = cmp.Or(cfg.Interval, 10*time.Minute)
 	cfg.Retry = cmp.Or(cfg.Retry, 30*time.Second)
-	cfg.RollbackAfter = cmp.Or(max(cfg.RollbackAfter, 0), 2)
-	cfg.MaxProofAge = cmp.Or(max(cfg.MaxProofAge, 0), max(DefaultMaxProofAge, 2*cfg.Interval))
+	// Zero (unset) settings are the state file's; see settings.
+	cfg.RollbackAfter = max(cfg.RollbackAfter, 0)
+	cfg.MaxProofAge = max(cfg.MaxProofAge, 0)
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("registering migration metrics: %w", err)
 	}
 	g := &Gate{cfg: cfg, log: cfg.Logger.With("component", "migrations"), metrics: m}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if err := g.refreshLocked(true); err != nil {
+		g.mu.Unlock()
 		return nil, err
 	}
+	record := g.recordSettings(g.state.clone())
 	g.metrics.set(g.state)
+	g.mu.Unlock()
+	if record {
+		// Recorded now, not at the first pass, which may wait long for the
+		// runtime (podman at boot): an operator command meanwhile judges
+		// with these settings. A gate that cannot write works all the same
+		// (the next write records them); what it loses is logged.
+		if err := g.update(func(*State) error { return nil }); err != nil {
+			g.log.Warn("recording the gate's settings in its state file; operator commands judge with the ones it records until a write succeeds",
+				"path", cfg.Path, "err", err)
+		}
+	}
 	return g, nil
+}
+
+// settings returns the settings the gate judges s with: its config's
+// where set, else those s records, else the defaults.
+func (g *Gate) settings(s *State) Settings {
+	return Settings{
+		MaxProofAge:   cmp.Or(g.cfg.MaxProofAge, max(s.Settings.MaxProofAge, 0), max(DefaultMaxProofAge, 2*g.cfg.Interval)),
+		RollbackAfter: cmp.Or(g.cfg.RollbackAfter, max(s.Settings.RollbackAfter, 0), 2),
+	}
+}
+
+// recordSettings records in s the settings g's config sets, and reports
+// whether that changed s.
+func (g *Gate) recordSettings(s *State) (changed bool) {
+	before := s.Settings
+	if g.cfg.MaxProofAge > 0 {
+		s.Settings.MaxProofAge = g.cfg.MaxProofAge
+	}
+	if g.cfg.RollbackAfter > 0 {
+		s.Settings.RollbackAfter = g.cfg.RollbackAfter
+	}
+	return s.Settings != before
 }
 
 func (g *Gate) path() string { return g.cfg.Path }
@@ -162,8 +208,8 @@ func (g *Gate) view() *State {
 	return g.state
 }
 
-// update applies fn to the state under the state file's lock, evaluates
-// the switch and saves the result.
+// update applies fn to the state under the state file's lock, records
+// the gate's settings, evaluates the switch and saves the result.
 func (g *Gate) update(fn func(s *State) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -177,6 +223,7 @@ func (g *Gate) update(fn func(s *State) error) error {
 		return err
 	}
 	before, _ := json.Marshal(s)
+	g.recordSettings(s)
 	if err := fn(s); err != nil {
 		return err
 	}
@@ -268,7 +315,12 @@ func (g *Gate) Observe(nets []Network) (changed bool, err error) {
 }
 
 // NeedsProbe returns the present networks to probe now, sorted: never
-// probed, last probed Interval ago, or failing and last probed Retry ago.
+// probed, last probed Interval ago, failing and last probed Retry ago, or
+// last probed more than proofSkew in the future. A probe from the future
+// was stamped by a clock that has since gone back: its age is unknown, so
+// it is due now rather than when the clock catches up with it (a network
+// in resolve mode would go unchecked that long, a day or a year, and one
+// that lost its path to the resolver would never get its copy back).
 func (g *Gate) NeedsProbe() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -279,6 +331,7 @@ func (g *Gate) NeedsProbe() []string {
 		switch {
 		case !ns.Present:
 		case ns.Last == nil,
+			now.Sub(ns.Last.At) < -proofSkew,
 			now.Sub(ns.Last.At) >= g.cfg.Interval,
 			!ns.Last.Pass && now.Sub(ns.Last.At) >= g.cfg.Retry:
 			out = append(out, name)
@@ -307,7 +360,7 @@ func (g *Gate) Record(results []Result) error {
 				if ns.Resolve {
 					g.log.Error("network in resolve mode is failing its probe: containers created on it get copy mode",
 						"network", r.Network, "strategy", r.Strategy, "reason", r.Reason, "failures", ns.Failures,
-						"rollback_after", g.cfg.RollbackAfter)
+						"rollback_after", g.settings(s).RollbackAfter)
 				}
 				continue
 			}
@@ -335,13 +388,14 @@ const proofSkew = time.Minute
 // evaluate switches networks as the flag and the probes allow.
 func (g *Gate) evaluate(s *State) {
 	now := g.cfg.Now()
+	set := g.settings(s)
 	// passing: the latest probe passed, recently enough to switch on it.
 	passing := func(ns *NetworkState) bool {
 		if ns.Last == nil || !ns.Last.Pass || ns.Proven == nil {
 			return false
 		}
 		age := now.Sub(ns.Last.At)
-		return age <= g.cfg.MaxProofAge && age >= -proofSkew
+		return age <= set.MaxProofAge && age >= -proofSkew
 	}
 	if s.Flag == spec.FlagAuto && s.AutoSwitchedAt.IsZero() {
 		present := 0
@@ -376,7 +430,7 @@ func (g *Gate) evaluate(s *State) {
 		switch {
 		case s.Flag == spec.FlagOff:
 			want = false
-		case ns.Resolve && ns.Failures >= g.cfg.RollbackAfter:
+		case ns.Resolve && ns.Failures >= set.RollbackAfter:
 			want = false
 			g.log.Error("network failed its probe repeatedly: returning its containers to copy mode",
 				"network", name, "failures", ns.Failures)

@@ -50,6 +50,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// registerCounter registers a counter of opts with reg (none when nil),
+// or returns the one registered already under its name.
+func registerCounter(reg prometheus.Registerer, opts prometheus.CounterOpts) (prometheus.Counter, error) {
+	c := prometheus.NewCounter(opts)
+	if reg == nil {
+		return c, nil
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return nil, err
+		}
+		existing, ok := are.ExistingCollector.(prometheus.Counter)
+		if !ok {
+			return nil, err
+		}
+		return existing, nil
+	}
+	return c, nil
+}
+
 func (m *metrics) probe(pass bool) {
 	if pass {
 		m.probes.WithLabelValues("pass").Inc()

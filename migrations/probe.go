@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshhost/meshhost/resolver"
@@ -114,6 +116,10 @@ type RunnerConfig struct {
 	// UnownedProbeAge are swept.
 	Owner  string
 	Logger *slog.Logger
+	// Registerer receives the Runner's metrics
+	// (meshhost_migrations_probe_panics_total); nil registers none. Runners
+	// made one after another on one Registerer share them.
+	Registerer prometheus.Registerer
 	// Now is the clock of Result.At. Nil: time.Now.
 	Now func() time.Time
 	// Canary returns the address the resolver answers for the canary of
@@ -125,9 +131,10 @@ type RunnerConfig struct {
 
 // Runner probes networks.
 type Runner struct {
-	cfg RunnerConfig
-	log *slog.Logger
-	exp *Exposer
+	cfg    RunnerConfig
+	log    *slog.Logger
+	exp    *Exposer
+	panics prometheus.Counter
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -164,7 +171,14 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 			return nil, err
 		}
 	}
-	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "migrations"), exp: exp, running: map[string]bool{}}, nil
+	panics, err := registerCounter(cfg.Registerer, prometheus.CounterOpts{
+		Name: "meshhost_migrations_probe_panics_total",
+		Help: "Network probes that panicked (a bug); recovered, each a failed probe of its network.",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("registering probe metrics: %w", err)
+	}
+	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "migrations"), exp: exp, panics: panics, running: map[string]bool{}}, nil
 }
 
 // Result is one network's probe.
@@ -221,12 +235,29 @@ func (r *Runner) Probe(ctx context.Context, nets []Network, prefer map[string]St
 	g.SetLimit(r.cfg.Concurrency)
 	for i, n := range nets {
 		g.Go(func() error {
-			results[i] = r.probeNetwork(ctx, n, prefer[n.Name], version)
+			results[i] = r.probeSafely(ctx, n, prefer[n.Name], version)
 			return nil
 		})
 	}
 	g.Wait()
 	return results
+}
+
+// probeSafely is probeNetwork, turning a panic into a failed probe of n,
+// logged with the stack and counted (meshhost_migrations_probe_panics_total).
+// It runs on a goroutine of its own, which no caller's recover reaches:
+// unrecovered, a panic there (a bug in a runtime adapter, say) would end
+// the process, the agent and its resolver with it.
+func (r *Runner) probeSafely(ctx context.Context, n Network, prefer Strategy, version string) (res Result) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.panics.Inc()
+			r.log.ErrorContext(ctx, "a network's probe panicked; it counts as failed", "network", n.Name, "panic", v, "stack", string(debug.Stack()))
+			res = Result{Network: n.Name, Driver: n.Driver, Kind: KindOf(n), Runtime: version, At: r.cfg.Now(),
+				Reason: fmt.Sprintf("probe panicked: %v", v)}
+		}
+	}()
+	return r.probeNetwork(ctx, n, prefer, version)
 }
 
 func (r *Runner) probeNetwork(ctx context.Context, n Network, prefer Strategy, version string) Result {
@@ -445,13 +476,7 @@ func (r *Runner) run(ctx context.Context, n Network, dns spec.DNSConfig) (probeO
 	if err != nil {
 		return probeOutput{}, fmt.Errorf("rendering the probe container: %w", err)
 	}
-	r.mu.Lock()
-	r.running[name] = true
-	r.mu.Unlock()
-	code, output, err := r.cfg.Runtime.RunOnce(ctx, rendered)
-	r.mu.Lock()
-	delete(r.running, name)
-	r.mu.Unlock()
+	code, output, err := r.runOnce(ctx, rendered)
 	if err != nil {
 		return probeOutput{}, fmt.Errorf("running the probe container: %w", err)
 	}
@@ -467,6 +492,20 @@ func (r *Runner) run(ctx context.Context, n Network, dns spec.DNSConfig) (probeO
 		return probeOutput{}, fmt.Errorf("the probe exited %d but says it passed", code)
 	}
 	return out, nil
+}
+
+// runOnce runs the probe container rendered, sparing it from sweeps while
+// it runs, and only then (a panic included: it would be spared for good).
+func (r *Runner) runOnce(ctx context.Context, rendered spec.Rendered) (int, string, error) {
+	r.mu.Lock()
+	r.running[rendered.Name] = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.running, rendered.Name)
+		r.mu.Unlock()
+	}()
+	return r.cfg.Runtime.RunOnce(ctx, rendered)
 }
 
 func lastJSONLine(output string) []byte {

@@ -23,6 +23,14 @@ import (
 //	   still reports it, its last probe, the strategy and DNS configuration
 //	   proven (and when), consecutive failures, and whether (since when) it
 //	   is in resolve mode.
+//
+//	   Later, within version 1: "settings", the switch's settings of the
+//	   gate that sets them (the agent's --proof-max-age; see Settings).
+//	   It needs no new version: a meshhost that does not know it reads
+//	   the rest as before and judges with its defaults, as it always did,
+//	   while a new version would make it refuse the file, and a
+//	   downgraded agent not start. A file without it is read with none
+//	   recorded: the defaults, until the agent writes it.
 const StateVersion = 1
 
 // State is what the gate keeps across restarts.
@@ -36,6 +44,22 @@ type State struct {
 	// machine switched; zero before, and again after the flag went off.
 	AutoSwitchedAt time.Time                `json:"auto_switched_at,omitzero"`
 	Networks       map[string]*NetworkState `json:"networks"`
+	// Settings are those of the gate that sets them (the agent's), for
+	// those that do not (operator commands).
+	Settings Settings `json:"settings,omitzero"`
+}
+
+// Settings are what a gate judges the switch with besides the state
+// (GateConfig's fields of the same names). A gate whose config sets one
+// records it here; one whose config leaves it zero takes it from here,
+// and the default when this is zero too.
+type Settings struct {
+	// MaxProofAge is how old a passing probe may be and still switch a
+	// network (GateConfig.MaxProofAge).
+	MaxProofAge time.Duration `json:"max_proof_age_ns,omitempty"`
+	// RollbackAfter is how many failed probes in a row take a network in
+	// resolve mode back to copy mode (GateConfig.RollbackAfter).
+	RollbackAfter int `json:"rollback_after,omitempty"`
 }
 
 // NetworkState is one network's migration state.

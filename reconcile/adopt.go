@@ -21,9 +21,28 @@ import (
 type Adoption struct {
 	ID     string
 	Name   string
-	Digest string // digest.Of the declared settings it matched
+	Digest string // digest.Of the settings it runs with, as declared
 	Record string // digest.Record of the same
+	// Version is the AdoptionVersion of the Reconciler that adopted it.
+	Version int
 }
+
+// AdoptionVersion is the version of what an Adoption records, which
+// Reconciler.Adoptions sets. A Reconciler restores adoptions of an older
+// version only where it can trust them (see Config.Adoptions).
+//
+// History:
+//
+//	0: (unset) the first: an adoption records the declared settings it
+//	   matched. On a runtime without durable in-place updates
+//	   (Config.NoInPlaceUpdates) an adoption whose resources differed
+//	   applied them in place and recorded them as in force, and the
+//	   container lost them at its next start: such a record may name
+//	   limits the container no longer has.
+//	1: an adoption records the settings the container runs with: on such
+//	   a runtime, its own resources (the next pass replaces it for the
+//	   declared ones).
+const AdoptionVersion = 1
 
 // compareFields judges a container that labels cannot judge, from its
 // inspection: it is adopted when every create-time field matches, replaced

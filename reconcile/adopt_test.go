@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -261,5 +262,127 @@ func TestAdoptWithoutInPlaceUpdates(t *testing.T) {
 	}
 	if p, _ := r.Plan(ctx, desired); len(p.Changes()) != 0 {
 		t.Errorf("not converged: %v", p)
+	}
+}
+
+// TestAdoptionsOfAnOlderMeshhost: adoptions saved by a meshhost before
+// AdoptionVersion 1 (Config.Adoptions restored after an upgrade). That
+// meshhost, on a runtime without durable in-place updates (podman before
+// 5.1), updated an adopted container in place and recorded the declared
+// limits as in force; the limits vanished at the container's next start,
+// and the saved adoption kept every later pass from noticing. With
+// NoInPlaceUpdates such an adoption is not trusted: the container is
+// inspected and judged again, adopted with the limits it has and replaced
+// within the budget, naming the resources. Without NoInPlaceUpdates (an
+// update survives restarts there) an old adoption is trusted as before,
+// and nothing is inspected or replaced.
+func TestAdoptionsOfAnOlderMeshhost(t *testing.T) {
+	const limit = 512 << 20
+	type step struct {
+		kinds   []string // the plan's changes
+		inspect int      // Inspect calls planning it
+	}
+	for _, tc := range []struct {
+		name       string
+		noInPlace  bool
+		version    int   // the saved adoptions' Version
+		has        int64 // the memory limit the containers run with
+		passes     []step
+		wantLimit  int64 // at the end
+		replaced   bool  // containers replaced by the end
+		wantReason string
+	}{
+		{
+			name: "no in-place updates, the limit vanished", noInPlace: true, version: 0, has: 0,
+			passes: []step{
+				{[]string{"adopt gitea", "adopt redis"}, 2},
+				// A budget of one replacement: the other waits.
+				{[]string{"replace gitea", "replace redis"}, 0},
+				{[]string{"replace redis"}, 0},
+				{nil, 0},
+			},
+			wantLimit: limit, replaced: true, wantReason: "resources",
+		},
+		{
+			name: "no in-place updates, the limit is in force", noInPlace: true, version: 0, has: limit,
+			passes:    []step{{[]string{"adopt gitea", "adopt redis"}, 2}, {nil, 0}},
+			wantLimit: limit,
+		},
+		{
+			name: "no in-place updates, adopted by this version", noInPlace: true, version: reconcile.AdoptionVersion, has: limit,
+			passes:    []step{{nil, 0}},
+			wantLimit: limit,
+		},
+		{
+			// Never here: the record is trusted, whatever the container has.
+			name: "in-place updates", noInPlace: false, version: 0, has: 0,
+			passes:    []step{{nil, 0}, {nil, 0}},
+			wantLimit: 0,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			rt := memory.New(memory.Options{})
+			clk := newClock()
+			var desired []spec.Rendered
+			var saved []reconcile.Adoption
+			before := map[string]string{}
+			for _, name := range []string{"gitea", "redis"} {
+				c := container(name, name+":1")
+				c.Resources.MemoryBytes = tc.has
+				// Made by hand (no labels), running as the update left it.
+				id, err := rt.Create(ctx, render(t, c, nil, resolveMode))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rt.Start(ctx, id)
+				before[name] = id
+				c.Resources.MemoryBytes = limit
+				d := render(t, c, nil, resolveMode)
+				desired = append(desired, d)
+				// What that meshhost saved: the declared limits, as in force.
+				saved = append(saved, reconcile.Adoption{ID: id, Name: name, Digest: digest.Of(d), Record: digest.Record(d), Version: tc.version})
+			}
+			r := newReconciler(t, rt, func(cfg *reconcile.Config) {
+				cfg.NoInPlaceUpdates, cfg.Adoptions = tc.noInPlace, saved
+				cfg.Budget, cfg.Now = reconcile.Budget{Max: 1, Window: time.Minute}, clk.Now
+			})
+			for i, want := range tc.passes {
+				rt.ResetCalls()
+				p, err := r.Plan(ctx, desired)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(want, step{kinds(p), rt.Calls("Inspect")}, cmp.AllowUnexported(step{})); diff != "" {
+					t.Errorf("pass %d: plan (-want +got):\n%s", i+1, diff)
+				}
+				for _, a := range p.Changes() {
+					if a.Kind == reconcile.Replace && !strings.Contains(a.Reason, tc.wantReason) {
+						t.Errorf("pass %d: replace %s because %q, want it to name %q", i+1, a.Name, a.Reason, tc.wantReason)
+					}
+				}
+				if _, err := r.Apply(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+				if n := rt.Calls("Update"); tc.noInPlace && n != 0 {
+					t.Errorf("pass %d: %d in-place updates on a runtime that does not keep them", i+1, n)
+				}
+				clk.Advance(time.Minute)
+			}
+			for name, id := range before {
+				c, _ := rt.Container(name)
+				if c.Settings.Resources.MemoryBytes != tc.wantLimit {
+					t.Errorf("%s runs with a memory limit of %d, want %d", name, c.Settings.Resources.MemoryBytes, tc.wantLimit)
+				}
+				if got := c.ID != id; got != tc.replaced {
+					t.Errorf("%s replaced = %v, want %v", name, got, tc.replaced)
+				}
+			}
+			for _, a := range r.Adoptions() {
+				if a.Version != reconcile.AdoptionVersion && tc.noInPlace {
+					t.Errorf("adoption of %s kept at version %d, want %d once judged again", a.Name, a.Version, reconcile.AdoptionVersion)
+				}
+			}
+		})
 	}
 }

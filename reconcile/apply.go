@@ -278,7 +278,7 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 				return fmt.Errorf("adopting %q: updating in place: %w", o.Name, err)
 			}
 		}
-		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: digest.Of(rec), Record: digest.Record(rec)})
+		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: digest.Of(rec), Record: digest.Record(rec), Version: AdoptionVersion})
 		if o.Running {
 			return nil
 		}

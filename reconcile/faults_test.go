@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,8 +26,8 @@ import (
 //   - the reconciler never makes a second container of one declared name
 //     run: after a Create, Start or Rename, at most one of its containers
 //     runs under NAME and NAME+AsideSuffix together;
-//   - it never makes a volume mounted by two running containers (a
-//     database twice on one data directory);
+//   - it never makes a volume, or a host path bind-mounted, mounted by
+//     two running containers (a database twice on one data directory);
 //   - it never calls anything but List and Inspect on a container it does
 //     not own (foreign).
 type watcher struct {
@@ -74,14 +76,18 @@ func (w *watcher) check(call memory.Call, now []memory.Container) {
 			continue
 		}
 		for _, m := range c.Settings.Mounts {
-			if m.Type == spec.MountVolume {
-				users[m.Source] = append(users[m.Source], c.Name)
+			switch m.Type {
+			case spec.MountVolume:
+				users["volume "+strconv.Quote(m.Source)] = append(users["volume "+strconv.Quote(m.Source)], c.Name)
+			case spec.MountBind:
+				p := "host path " + strconv.Quote(path.Clean(m.Source))
+				users[p] = append(users[p], c.Name)
 			}
 		}
 	}
-	for vol, names := range users {
+	for what, names := range users {
 		if len(names) > 1 {
-			w.problems = append(w.problems, fmt.Sprintf("after %s %s: volume %q mounted by %d running containers: %v", call.Method, call.ID, vol, len(names), names))
+			w.problems = append(w.problems, fmt.Sprintf("after %s %s: %s mounted by %d running containers: %v", call.Method, call.ID, what, len(names), names))
 		}
 	}
 }

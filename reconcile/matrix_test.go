@@ -70,12 +70,14 @@ type matrixScenario struct {
 	setup func(t *testing.T, rt *memory.Runtime) []spec.Rendered
 }
 
-// matrixDB is the database whose replacement the matrix drives: a volume,
-// its own stop signal and timeout, a healthcheck.
+// matrixDB is the database whose replacement the matrix drives: a volume
+// and a host path bind-mounted, its own stop signal and timeout, a
+// healthcheck.
 func matrixDB(image string) spec.Container {
 	return spec.Container{Name: "db", Image: image, StopSignal: "SIGINT", StopTimeout: 2 * time.Minute,
 		Healthcheck: &spec.Healthcheck{Test: []string{"pg_isready"}},
-		Mounts:      []spec.Mount{{Type: spec.MountVolume, Source: "pgdata", Target: "/data"}}}
+		Mounts: []spec.Mount{{Type: spec.MountVolume, Source: "pgdata", Target: "/data"},
+			{Type: spec.MountBind, Source: "/srv/pg/wal", Target: "/wal"}}}
 }
 
 // matrixDeclared renders db at image, app depending on it, and web (whose
@@ -182,8 +184,9 @@ var matrixScenarios = []matrixScenario{
 // there, before or after the call took effect), and then each later call of
 // the same pass through each outcome again (two faults in one pass, as a
 // restarting API service gives). After every single call it checks that at
-// most one container of a declared name runs, that no volume is mounted by
-// two running containers, and that containers meshhost does not own (a
+// most one container of a declared name runs, that no volume or
+// bind-mounted host path is mounted by two running containers, and that
+// containers meshhost does not own (a
 // running stranger, and one named like an aside of a declared and of an
 // undeclared name) are never touched; after the faulted pass, that clean
 // passes converge within three, with every volume kept.

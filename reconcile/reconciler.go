@@ -67,7 +67,14 @@ type Config struct {
 	// restore containers, they change none. The agent's `meshhost freeze`.
 	Frozen func() bool
 	// Adoptions restores adoptions made by an earlier Reconciler (see
-	// Reconciler.Adoptions).
+	// Reconciler.Adoptions). With NoInPlaceUpdates, those of a version
+	// before AdoptionVersion 1 (made by a meshhost that updated adopted
+	// containers in place and recorded the limits as in force) are not
+	// restored: each such container is inspected and judged again, and one
+	// whose limits vanished at a restart is adopted with the limits it has
+	// and replaced within the budget, naming the resources. Without
+	// NoInPlaceUpdates they are restored as they are: there, what an
+	// update set survives restarts.
 	Adoptions []Adoption
 	// Now is the clock for the budget and durations. Nil: time.Now.
 	Now func() time.Time
@@ -138,7 +145,10 @@ func New(cfg Config) (*Reconciler, error) {
 	r := &Reconciler{
 		cfg: cfg, rt: cfg.Runtime, log: log.With("component", "reconcile"), now: cfg.Now, metrics: m,
 	}
-	r.state.init(cfg)
+	if again := r.state.init(cfg); len(again) > 0 {
+		r.log.Warn("adoptions recorded by an older meshhost may name limits an in-place update set and a restart took away; inspecting those containers again",
+			"containers", again)
+	}
 	m.budgetUsed.Set(float64(len(r.BudgetUsed())))
 	m.budgetLimit.Set(float64(cfg.Budget.Max))
 	m.budgetWindow.Set(cfg.Budget.Window.Seconds())

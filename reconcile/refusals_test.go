@@ -14,9 +14,11 @@ import (
 	"github.com/meshhost/meshhost/spec/specjson"
 )
 
-// pass is what a pass asks of Render and Plan for a declaration: each
-// container rendered in copy mode (with the declaration's roster) and in
-// resolve mode, then planned against an empty runtime.
+// pass is what a pass asks of Render, Plan and the runtime for a
+// declaration: each container rendered in copy mode (with the
+// declaration's roster) and in resolve mode, then planned against an empty
+// in-memory runtime and applied there (which refuses to start a container
+// on a host port or static address a running one holds, as podman does).
 func pass(d *spec.Declaration) error {
 	for _, m := range []spec.Mode{{Names: spec.Copy}, resolveMode} {
 		desired := make([]spec.Rendered, 0, len(d.Containers))
@@ -31,7 +33,15 @@ func pass(d *spec.Declaration) error {
 		if err != nil {
 			return err
 		}
-		if _, err := r.Plan(context.Background(), desired); err != nil {
+		p, err := r.Plan(context.Background(), desired)
+		if err != nil {
+			return err
+		}
+		res, err := r.Apply(context.Background(), p)
+		if err != nil {
+			return err
+		}
+		if err := res.Err(); err != nil {
 			return err
 		}
 	}
@@ -69,6 +79,26 @@ func TestPassRefusalsCaughtAtParse(t *testing.T) {
 		{"Plan: the aside suffix alone", func(d *spec.Declaration) { d.Containers[0].Name = reconcile.AsideSuffix[1:] + reconcile.AsideSuffix }, "containers[0].name"},
 		{"Plan: a container declared twice", func(d *spec.Declaration) { d.Containers[1].Name = "db"; d.Containers[1].DependsOn = nil }, "containers[1].name"},
 		{"Render: copy mode without a roster", func(d *spec.Declaration) { d.Roster = nil }, "roster"},
+		{"Start: a host port published by two containers", func(d *spec.Declaration) {
+			for i := range d.Containers {
+				d.Containers[i].Ports = []spec.Port{{HostPort: 8080, ContainerPort: 80 + uint16(i)}}
+			}
+		}, "containers[1].ports[0]"},
+		{"Start: a host address, port and protocol published by two containers", func(d *spec.Declaration) {
+			for i := range d.Containers {
+				d.Containers[i].Ports = []spec.Port{{HostPort: 5353 + uint16(i), ContainerPort: 53, Protocol: "tcp"},
+					{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: 5300, ContainerPort: 53, Protocol: "udp"}}
+			}
+		}, "containers[1].ports[1]"},
+		{"Start: a static IPv4 address asked by two containers on one network", func(d *spec.Declaration) {
+			for i := range d.Containers {
+				d.Containers[i].Networks = []spec.NetworkAttachment{{Name: "mesh", IPv4: netip.MustParseAddr("10.89.0.5")}}
+			}
+		}, "containers[1].networks[0].ipv4"},
+		{"Start: a static IPv6 address asked by two containers on one network", func(d *spec.Declaration) {
+			d.Containers[0].Networks = []spec.NetworkAttachment{{Name: "mesh", IPv6: netip.MustParseAddr("fd00::5")}}
+			d.Containers[1].Networks = []spec.NetworkAttachment{{Name: "edge"}, {Name: "mesh", IPv6: netip.MustParseAddr("fd00::5")}}
+		}, "containers[1].networks[1].ipv6"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := validDeclaration()

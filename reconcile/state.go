@@ -21,15 +21,24 @@ type state struct {
 	updated map[string]spec.Resources // by container ID: resources set in place since creation
 }
 
-func (s *state) init(cfg Config) {
+// init restores what cfg carries over from an earlier Reconciler, and
+// returns the names of the adopted containers it does not trust (see
+// Config.Adoptions).
+func (s *state) init(cfg Config) (judgeAgain []string) {
 	s.budget = cfg.Budget
 	s.used = slices.Clone(cfg.BudgetUsed)
 	slices.SortFunc(s.used, time.Time.Compare)
 	s.adopted = map[string]Adoption{}
 	for _, a := range cfg.Adoptions {
+		if cfg.NoInPlaceUpdates && a.Version < 1 {
+			judgeAgain = append(judgeAgain, a.Name)
+			continue
+		}
 		s.adopted[a.ID] = a
 	}
 	s.updated = map[string]spec.Resources{}
+	slices.Sort(judgeAgain)
+	return judgeAgain
 }
 
 // snapshot forgets containers that no longer exist and returns copies of

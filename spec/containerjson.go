@@ -148,12 +148,8 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 	if len(networks) > MaxNetworks {
 		networks = nil
 	}
-	type published struct {
-		ip    netip.Addr
-		port  uint16
-		proto string
-	}
-	hostPorts := map[published]int{}
+	// Host ports published twice, here or by another container, are
+	// hostClaims'.
 	for i, port := range ports {
 		pp := fmt.Sprintf("%s.ports[%d]", p, i)
 		switch port.Protocol {
@@ -163,14 +159,6 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 		}
 		if port.ContainerPort == 0 {
 			errs.add(pp+".container_port", "must be 1 to 65535")
-		}
-		if port.HostPort != 0 {
-			key := published{port.HostIP, port.HostPort, normProto(port.Protocol)}
-			if j, dup := hostPorts[key]; dup {
-				errs.add(pp+".host_port", "%d/%s is also published by ports[%d]", port.HostPort, key.proto, j)
-			} else {
-				hostPorts[key] = i
-			}
 		}
 	}
 	targets := map[string]int{}
@@ -268,6 +256,90 @@ func tooMany(errs *fieldErrors, path string, n, max int, what string) bool {
 	}
 	errs.add(path, "%d %s; at most %d", n, what, max)
 	return true
+}
+
+// hostClaims finds what no two containers of a machine can hold at once:
+// a published host port (address, port and protocol) and a static address
+// on a network. The runtime refuses the second at every start (the port
+// is bound, the address allocated), so a declaration asking for both
+// would fail every pass: it is refused when validated instead. One map
+// of each over the whole declaration, in the order of its containers.
+type hostClaims struct {
+	ports map[hostPort]portClaim
+	addrs map[staticAddr]int32 // the container asking it first
+}
+
+type hostPort struct {
+	ip    netip.Addr // zero: all addresses
+	port  uint16
+	proto string
+}
+
+// portClaim is who publishes a host port first: containers[c].ports[p]
+// (int32: MaxContainers and MaxPorts fit).
+type portClaim struct{ c, p int32 }
+
+type staticAddr struct {
+	network string
+	addr    netip.Addr
+}
+
+// check adds the claims of cs[i], reporting each another container made
+// before it (or, for a host port, the same container in an earlier
+// entry). Lists beyond their limits are not judged entry by entry, as
+// validateContainer does not. The maps are made on first use, sized for
+// one claim per container.
+func (h *hostClaims) check(errs *fieldErrors, cs []Container, i int) {
+	c := cs[i]
+	if len(c.Ports) <= MaxPorts {
+		for k, port := range c.Ports {
+			if port.HostPort == 0 {
+				continue
+			}
+			if h.ports == nil {
+				h.ports = make(map[hostPort]portClaim, len(cs)-i)
+			}
+			key := hostPort{port.HostIP, port.HostPort, normProto(port.Protocol)}
+			first, dup := h.ports[key]
+			switch {
+			case !dup:
+				h.ports[key] = portClaim{int32(i), int32(k)}
+			case int(first.c) == i:
+				errs.add(fmt.Sprintf("containers[%d].ports[%d].host_port", i, k), "%s is also published by ports[%d]", key, first.p)
+			default:
+				errs.add(fmt.Sprintf("containers[%d].ports[%d]", i, k), "host port %s is already published by containers[%d] %q", key, first.c, cs[first.c].Name)
+			}
+		}
+	}
+	if len(c.Networks) <= MaxNetworks {
+		for k, n := range c.Networks {
+			for _, a := range []struct {
+				field string
+				addr  netip.Addr
+			}{{"ipv4", n.IPv4}, {"ipv6", n.IPv6}} {
+				if !a.addr.IsValid() {
+					continue
+				}
+				if h.addrs == nil {
+					h.addrs = make(map[staticAddr]int32, len(cs)-i)
+				}
+				key := staticAddr{n.Name, a.addr}
+				if j, dup := h.addrs[key]; dup && int(j) != i {
+					errs.add(fmt.Sprintf("containers[%d].networks[%d].%s", i, k, a.field), "%s on network %q is already the static address of containers[%d] %q", a.addr, n.Name, j, cs[j].Name)
+				} else if !dup {
+					h.addrs[key] = int32(i)
+				}
+			}
+		}
+	}
+}
+
+// String is the port as an operator writes it: 8080/tcp, 127.0.0.1:8080/tcp.
+func (p hostPort) String() string {
+	if !p.ip.IsValid() {
+		return fmt.Sprintf("%d/%s", p.port, p.proto)
+	}
+	return netip.AddrPortFrom(p.ip, p.port).String() + "/" + p.proto
 }
 
 func normProto(p string) string {

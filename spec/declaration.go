@@ -82,9 +82,11 @@ func (d *Declaration) ValidateYielding(yield func()) error {
 		return errs.err() // judged no further: each would cost a machine's worth of checks
 	}
 	index := map[string]int{}
+	var claims hostClaims
 	for i, c := range d.Containers {
 		path := fmt.Sprintf("containers[%d]", i)
 		validateContainer(&errs, path, c)
+		claims.check(&errs, d.Containers, i)
 		if j, dup := index[c.Name]; dup && c.Name != "" {
 			errs.add(path+".name", "%q is also the name of containers[%d]; container names are unique per machine", c.Name, j)
 			continue

@@ -531,7 +531,7 @@ func newAgent(ctx context.Context, s agentSetup) (*agent.Agent, error) {
 			migrations.PruneProbeImages(ctx, p, image, logger) // logs what it removes, and what it cannot
 			return migrations.NewRunner(migrations.RunnerConfig{
 				Runtime: p, Exposer: exposer, Image: image, Zone: zone,
-				Outside: s.outside, OutsideWant: s.outsideWant, Logger: logger,
+				Outside: s.outside, OutsideWant: s.outsideWant, Logger: logger, Registerer: s.reg,
 				Owner: s.machine, Canary: s.canary,
 			})
 		}
@@ -646,10 +646,24 @@ func parseOutside(v string) (string, netip.Addr, error) {
 	return name, a, nil
 }
 
+// reconcileStateVersion is the version of the reconciler's state file
+// this meshhost writes; it reads every version up to it.
+//
+// History:
+//
+//	1: the start times of the replacements in the budget's window, and
+//	   the adoptions (ID, name, digest and record of each).
+//	2: each adoption also carries its reconcile.AdoptionVersion. Those of
+//	   a version 1 file have none: on podman before 5.1 (no durable
+//	   in-place updates) the reconciler inspects those containers again,
+//	   since a meshhost of then recorded limits an update set and a
+//	   restart took away.
+const reconcileStateVersion = 2
+
 // reconcileState is what the reconciler keeps across restarts, so a restart
 // neither resets the replacement budget nor re-inspects adopted containers.
 type reconcileState struct {
-	Version    int                  `json:"version"` // 1
+	Version    int                  `json:"version"` // reconcileStateVersion
 	BudgetUsed []time.Time          `json:"budget_used"`
 	Adoptions  []reconcile.Adoption `json:"adoptions"`
 }
@@ -663,8 +677,8 @@ func loadReconcileState(path string, logger *slog.Logger) (reconcileState, []byt
 	if err != nil {
 		return st, nil
 	}
-	if err := json.Unmarshal(data, &st); err != nil || st.Version != 1 {
-		logger.Warn("ignoring unreadable reconciler state; the budget starts empty", "path", path, "err", err)
+	if err := json.Unmarshal(data, &st); err != nil || st.Version < 1 || st.Version > reconcileStateVersion {
+		logger.Warn("ignoring unreadable reconciler state; the budget starts empty", "path", path, "version", st.Version, "err", err)
 		return reconcileState{}, nil
 	}
 	return st, data
@@ -689,7 +703,7 @@ func openReconciler(cfg reconcile.Config, path string, logger *slog.Logger) (rec
 	cfg.BudgetCharged = func(used []time.Time) error {
 		// rec is set: a pass runs only after New returned.
 		var err error
-		onDisk, err = writeReconcileState(path, reconcileState{Version: 1, BudgetUsed: used, Adoptions: rec.Adoptions()}, onDisk)
+		onDisk, err = writeReconcileState(path, reconcileState{Version: reconcileStateVersion, BudgetUsed: used, Adoptions: rec.Adoptions()}, onDisk)
 		return err
 	}
 	if rec, err = reconcile.New(cfg); err != nil {
@@ -702,7 +716,7 @@ func openReconciler(cfg reconcile.Config, path string, logger *slog.Logger) (rec
 // what was last written (prev), and returns what is on disk now: a pass that
 // replaced nothing writes nothing. A failed write is logged.
 func saveReconcileState(path string, rec *reconcile.Reconciler, prev []byte, logger *slog.Logger) []byte {
-	data, err := writeReconcileState(path, reconcileState{Version: 1, BudgetUsed: rec.BudgetUsed(), Adoptions: rec.Adoptions()}, prev)
+	data, err := writeReconcileState(path, reconcileState{Version: reconcileStateVersion, BudgetUsed: rec.BudgetUsed(), Adoptions: rec.Adoptions()}, prev)
 	if err != nil {
 		logger.Error("saving reconciler state", "path", path, "err", err)
 	}

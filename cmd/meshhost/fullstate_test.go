@@ -226,7 +226,7 @@ func TestReconcileStateOnFullDisk(t *testing.T) {
 	if now, _ := os.ReadFile(path); string(now) != string(old) {
 		t.Errorf("the state file changed on a full disk: %q -> %q", old, now)
 	}
-	if st, data := loadReconcileState(path, logger); data == nil || st.Version != 1 {
+	if st, data := loadReconcileState(path, logger); data == nil || st.Version != reconcileStateVersion {
 		t.Errorf("the state file does not load after the failed save: %+v", st)
 	}
 	if tmps := fullfs.TempFiles(t, dir); len(tmps) != 0 {

@@ -82,7 +82,10 @@
 // a restart of the server it resumes reading after the last revision it
 // read; a bucket recreated, or whose revisions went backwards, is read
 // whole again. Meanwhile the roster in force stays, and Health reports the
-// watcher once it has been cut off for longer than its patience.
+// watcher once it has been cut off for longer than its patience. A panic
+// while watching (a bug in the watcher, its sink or OnChange) is recovered
+// and counted: both buckets are read whole again, the roster in force is
+// rebuilt from what the bucket holds, and the sink gets it whole.
 //
 // The machine's declaration is one key, read with the same resumption; a
 // declaration whose generation is not newer than the one read is refused,

@@ -2,6 +2,7 @@ package natssource
 
 import (
 	"fmt"
+	"runtime/debug"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -25,9 +26,10 @@ type entry struct {
 // 100,000-name bucket took minutes to start, each creation tens of
 // seconds (the KV watch of nats.go filters on "$KV.<bucket>.>").
 type follower struct {
-	sub  *nats.Subscription
-	c    chan entry
-	done chan struct{}
+	sub     *nats.Subscription
+	c       chan entry
+	done    chan struct{}
+	failedC chan *panicError // the handler panicked: a message is lost
 }
 
 // follow starts reading bucket after revision after (0: from the start);
@@ -37,7 +39,7 @@ func follow(nc *nats.Conn, bucket, key string, after uint64) (*follower, error) 
 	if err != nil {
 		return nil, err
 	}
-	f := &follower{c: make(chan entry, 256), done: make(chan struct{})}
+	f := &follower{c: make(chan entry, 256), done: make(chan struct{}), failedC: make(chan *panicError, 1)}
 	prefix := "$KV." + bucket + "."
 	subject := ""
 	if key != "" {
@@ -50,6 +52,18 @@ func follow(nc *nats.Conn, bucket, key string, after uint64) (*follower, error) 
 		opts = append(opts, nats.DeliverAll())
 	}
 	f.sub, err = js.Subscribe(subject, func(m *nats.Msg) {
+		// nats.go runs this on a goroutine of its own, which nothing
+		// recovers: a panic here would end the process. Recovered, the
+		// message is lost: the session reads everything again (see
+		// Watcher.recovered).
+		defer func() {
+			if v := recover(); v != nil {
+				select {
+				case f.failedC <- &panicError{in: "reading bucket " + bucket, v: v, stack: debug.Stack()}:
+				default:
+				}
+			}
+		}()
 		md, err := m.Metadata()
 		if err != nil {
 			return
@@ -72,6 +86,9 @@ func follow(nc *nats.Conn, bucket, key string, after uint64) (*follower, error) 
 
 // entries delivers the bucket's messages in order.
 func (f *follower) entries() <-chan entry { return f.c }
+
+// failed delivers the handler's panic, recovered (the first only).
+func (f *follower) failed() <-chan *panicError { return f.failedC }
 
 // valid reports whether the subscription still runs (nats.go may give up
 // on an ordered consumer it cannot recreate).

@@ -15,6 +15,7 @@ type metrics struct {
 	declarations *prometheus.CounterVec
 	resumes      prometheus.Counter
 	resyncs      prometheus.Counter
+	panics       prometheus.Counter
 	// health returns how long the watch has not been live.
 	health func() time.Duration
 }
@@ -45,6 +46,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshhost_natssource_resyncs_total", Help: "Times the roster bucket was read whole again (recreated, rewound, or a commit that did not add up).",
 		}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshhost_natssource_panics_total", Help: "Roster watches that panicked (a bug, in the watcher or its sink); recovered: the roster in force stays, and the buckets are read whole again.",
+		}),
 	}
 	for _, r := range []string{"applied", reasonStale, reasonInvalid, reasonInconsistent} {
 		m.commits.WithLabelValues(r)
@@ -63,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 		return m.health().Seconds()
 	})
-	for _, c := range []prometheus.Collector{m.connected, m.rosterGen, m.rosterRev, m.declaration, m.commits, m.declarations, m.resumes, m.resyncs, unreachable} {
+	for _, c := range []prometheus.Collector{m.connected, m.rosterGen, m.rosterRev, m.declaration, m.commits, m.declarations, m.resumes, m.resyncs, m.panics, unreachable} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

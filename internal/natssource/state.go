@@ -90,6 +90,9 @@ type rosterState struct {
 	// full is set after a reset: the next evaluation rebuilds the roster
 	// from what was read instead of applying pending to the one in force.
 	full bool
+	// rebuild is set by distrust: the commit record in force, read again,
+	// is evaluated (rebuilt from what was read) instead of skipped.
+	rebuild bool
 }
 
 func newRosterState() *rosterState {
@@ -127,6 +130,16 @@ func (s *rosterState) reset() {
 	s.full = true
 }
 
+// distrust is reset, trusting the roster in force no further than the
+// bucket: the next commit record that adds up is put in force rebuilt from
+// what was read, even the record in force (whose change then has the same
+// Generation as Previous). After a recovered panic, which may have left
+// the roster in force half changed.
+func (s *rosterState) distrust() {
+	s.reset()
+	s.rebuild = true
+}
+
 // observe takes one entry of the roster bucket. Revisions at or below the
 // last one read are ignored (a redelivery). A stale commit record is
 // refused at once, whatever comes after it; the others wait for evaluate.
@@ -137,7 +150,7 @@ func (s *rosterState) observe(key string, rev uint64, deleted bool, value []byte
 	s.lastRev = rev
 	if key == CommitKey {
 		s.lastCommit = rev
-		if rev <= s.commitRev {
+		if rev < s.commitRev || rev == s.commitRev && !s.rebuild {
 			return nil // history of the record in force (a re-read)
 		}
 		if deleted {
@@ -210,7 +223,7 @@ func (s *rosterState) evaluate() (*Change, error) {
 	if err := s.staleLocked(c, sc.rev); err != nil {
 		return nil, err
 	}
-	if s.gen != 0 && c.Generation == s.gen {
+	if s.gen != 0 && c.Generation == s.gen && !s.rebuild {
 		return nil, nil // the record in force, read again
 	}
 	fail := func(reason string, err error) error {
@@ -313,7 +326,7 @@ func (s *rosterState) evaluate() (*Change, error) {
 			s.pending[name] = slices.Clone(vs[i+1:])
 		}
 	}
-	s.gen, s.through, s.commitRev, s.zones, s.sum, s.full = c.Generation, c.Revision, sc.rev, c.Zones, sum, false
+	s.gen, s.through, s.commitRev, s.zones, s.sum, s.full, s.rebuild = c.Generation, c.Revision, sc.rev, c.Zones, sum, false, false
 	slices.Sort(ch.Removed)
 	ch.Names = s.names.n
 	return ch, nil

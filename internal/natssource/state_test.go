@@ -498,3 +498,64 @@ func TestParseMachineDeclaration(t *testing.T) {
 		}
 	}
 }
+
+// TestDistrustRebuildsTheRosterInForce: after a recovered panic the
+// roster in force may be half changed (an apply cut short). distrust
+// reads the bucket whole and rebuilds it from what the bucket holds, even
+// when the newest record is the one in force (a reset alone skips that
+// record, and the damage stays); the rebuilt roster is exactly the one
+// committed, and the commits after it apply as before.
+func TestDistrustRebuildsTheRosterInForce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		newer bool // a newer commit is written before the bucket is read again
+	}{
+		{"the record in force", false},
+		{"a newer record", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &memBucket{history: 2}
+			w := memWriter{b}
+			r1 := roster(20)
+			w.publish(1, r1, -1)
+			st := newRosterState()
+			if _, err := feed(t, st, b, 0); err != nil {
+				t.Fatal(err)
+			}
+			// Half an apply: one name changed, one added, one removed.
+			st.names.set("h1.internal", addrs("10.66.0.1"))
+			st.names.set("stray.internal", addrs("10.66.0.2"))
+			st.names.set("h2.internal", nil)
+			want, gen := r1, uint64(1)
+			if tc.newer {
+				want, gen = maps.Clone(r1), 2
+				want["h3.internal"] = addrs("10.77.0.3")
+				w.publish(2, want, -1)
+			}
+
+			st.distrust()
+			ch, err := feed(t, st, b, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch == nil || ch.Generation != gen || ch.Previous != 1 {
+				t.Fatalf("after distrust, the evaluation changed %+v; want generation %d from 1", ch, gen)
+			}
+			if diff := cmp.Diff(want, st.snapshot().Names, addrCmp); diff != "" {
+				t.Errorf("roster in force after distrust (-committed +in force):\n%s", diff)
+			}
+
+			// And on: the next commit applies to it as a delta.
+			next := maps.Clone(want)
+			next["h4.internal"] = addrs("10.77.0.4")
+			w.publish(gen+1, next, -1)
+			ch, err = feed(t, st, b, st.lastRev)
+			if err != nil || ch == nil || ch.Full || len(ch.Set) != 1 {
+				t.Fatalf("the commit after: change %+v, %v; want h4 alone, not a whole read", ch, err)
+			}
+			if diff := cmp.Diff(next, st.snapshot().Names, addrCmp); diff != "" {
+				t.Errorf("roster in force after the next commit (-committed +in force):\n%s", diff)
+			}
+		})
+	}
+}

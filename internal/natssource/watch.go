@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,11 +231,14 @@ var (
 	errUnreachable = errors.New("the NATS server is unreachable")
 	errReconnected = errors.New("reconnected to the NATS server")
 	errResync      = errors.New("reading the roster bucket whole again")
+	errPanicked    = errors.New("the roster watch panicked")
 )
 
 // Run watches until ctx ends. Every interruption (a lost connection, a
 // closed watch, a stall) resumes reading after the last revision read,
-// and the roster in force stays meanwhile.
+// and the roster in force stays meanwhile. A panic while watching (in the
+// watcher, its Sink or OnChange) is recovered (see safeSession): Run goes
+// on.
 func (w *Watcher) Run(ctx context.Context) error {
 	nc, err := w.cfg.Server.Connect(append(watchOptions(w.cfg.Patience),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -263,17 +267,18 @@ func (w *Watcher) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for {
 		start := time.Now()
-		err := w.session(ctx, nc, js)
+		err := w.safeSession(ctx, nc, js)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !errors.Is(err, errReconnected) && !errors.Is(err, errResync) {
+		again := errors.Is(err, errReconnected) || errors.Is(err, errResync) || errors.Is(err, errPanicked)
+		if !again {
 			w.setDown(err)
 		}
 		w.mu.Lock()
 		from := w.roster.lastRev
 		switch {
-		case errors.Is(err, errReconnected) || errors.Is(err, errResync):
+		case again:
 			w.log.Info("opening the roster watch again", "why", err, "after_revision", from)
 		case err.Error() != w.lastProblemLog:
 			w.lastProblemLog = err.Error()
@@ -292,6 +297,51 @@ func (w *Watcher) Run(ctx context.Context) error {
 			backoff = min(2*backoff, 5*time.Second)
 		}
 	}
+}
+
+// safeSession is session, recovering a panic on the watch's goroutine
+// (in the watcher, its Sink or OnChange, from Run's own goroutine): the
+// agent's process would end with it, its resolver too when in-process.
+// The panic is logged with its stack and counted
+// (meshhost_natssource_panics_total). What it may have left half done is
+// not trusted: both buckets are read whole again, the roster in force is
+// rebuilt from the roster bucket (rosterState.distrust) and handed to the
+// sink whole, with the declaration. Meanwhile the roster in force stays,
+// and so does the sink's.
+func (w *Watcher) safeSession(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			p := &panicError{in: "the roster watch", v: v, stack: debug.Stack()}
+			w.recovered(p)
+			err = p
+		}
+	}()
+	return w.session(ctx, nc, js)
+}
+
+// panicError is a panic recovered in the watch, as its session's end.
+type panicError struct {
+	in    string // where
+	v     any
+	stack []byte
+}
+
+func (p *panicError) Error() string { return fmt.Sprintf("%s panicked: %v", p.in, p.v) }
+func (p *panicError) Unwrap() error { return errPanicked }
+
+// recovered logs and counts a panic, and makes the watch read everything
+// again without trusting what it holds (see safeSession), from Run's
+// goroutine. w.mu must not be held: no section holding it can panic half
+// way and leave it locked (they unlock in a defer, or only read fields).
+func (w *Watcher) recovered(p *panicError) {
+	w.metrics.panics.Inc()
+	w.log.Error(p.in+" panicked; the roster in force stays, and the buckets are read whole again", "panic", p.v, "stack", string(p.stack))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.roster.distrust()
+	w.declRev = 0
+	w.suspect = nil
+	w.delivered = delivery{} // the sink gets the next roster whole
 }
 
 // session opens the watches and follows them until one must be opened
@@ -328,6 +378,7 @@ func (w *Watcher) session(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 	defer rf.stop()
 
 	var mentries <-chan entry
+	var mfailed <-chan *panicError
 	if w.cfg.Machine != "" {
 		if _, err = w.bucket(sctx, js, w.cfg.Layout.Machines); err != nil {
 			return err
@@ -340,7 +391,7 @@ func (w *Watcher) session(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 			return err
 		}
 		defer mf.stop()
-		mentries = mf.entries()
+		mentries, mfailed = mf.entries(), mf.failed()
 	}
 	w.setLive()
 
@@ -375,6 +426,12 @@ func (w *Watcher) session(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 			w.evaluate(false)
 		case e := <-mentries:
 			w.observeDeclaration(e)
+		case p := <-rf.failed():
+			w.recovered(p)
+			return p
+		case p := <-mfailed:
+			w.recovered(p)
+			return p
 		case <-tick.C:
 			// A watch that fell silent while the bucket moved on (a lost
 			// consumer nats.go did not notice) is opened again.
@@ -490,12 +547,16 @@ func (w *Watcher) stalled(ctx context.Context, kv jetstream.KeyValue, progress b
 }
 
 func (w *Watcher) observe(e entry) {
-	w.mu.Lock()
-	err := w.roster.observe(e.key, e.rev, e.deleted, e.value)
-	w.mu.Unlock()
-	if err != nil {
+	if err := w.observeEntry(e); err != nil {
 		w.refused(err)
 	}
+}
+
+// observeEntry feeds e to the roster state, under w.mu.
+func (w *Watcher) observeEntry(e entry) error {
+	w.mu.Lock()
+	defer w.mu.Unlock() // also when it panics: see recovered
+	return w.roster.observe(e.key, e.rev, e.deleted, e.value)
 }
 
 // evaluate puts the newest commit read in force if it adds up, and hands
@@ -506,28 +567,10 @@ func (w *Watcher) observe(e entry) {
 // read it). One that does not add up before that is left to the stall
 // check, since a newer commit usually follows.
 func (w *Watcher) evaluate(caughtUp bool) (resync bool) {
-	w.mu.Lock()
-	next := w.roster.next
-	ch, err := w.roster.evaluate()
-	var ce *CommitError
-	if errors.As(err, &ce) && ce.Reason == reasonInconsistent {
-		if !caughtUp {
-			w.suspect = ce
-			w.mu.Unlock()
-			return false
-		}
-		w.mu.Unlock()
-		return w.settle(ce)
+	next, ch, decl, settle, err := w.evaluateNext(caughtUp)
+	if settle != nil {
+		return w.settle(settle)
 	}
-	if ch != nil {
-		w.suspect = nil
-	}
-	var decl *spec.Declaration
-	if ch != nil {
-		w.refusedLogged = ""
-		decl = w.decl
-	}
-	w.mu.Unlock()
 	if err != nil {
 		if next != nil {
 			w.refused(err)
@@ -535,6 +578,15 @@ func (w *Watcher) evaluate(caughtUp bool) (resync bool) {
 		return false
 	}
 	if ch == nil {
+		return false
+	}
+	if ch.Generation == ch.Previous {
+		// The record in force, rebuilt from the bucket after a panic
+		// (see safeSession): in force as the bucket has it, and to the
+		// sink whole, which may not have taken it. Not a change of
+		// generation: OnChange is not told.
+		w.log.Info("roster generation in force read whole again", "roster_generation", ch.Generation, "names", ch.Names, "revision", ch.Revision)
+		w.deliver(decl, w.Snapshot())
 		return false
 	}
 	w.metrics.commits.WithLabelValues("applied").Inc()
@@ -545,6 +597,31 @@ func (w *Watcher) evaluate(caughtUp bool) (resync bool) {
 	}
 	w.deliverChange(decl, ch)
 	return false
+}
+
+// evaluateNext evaluates the newest commit record read, under w.mu: the
+// record (nil: none), the change applied (nil: none) with the declaration
+// to hand on with it, or a record that did not add up once caught up, to
+// settle; or why nothing was applied.
+func (w *Watcher) evaluateNext(caughtUp bool) (next *seenCommit, ch *Change, decl *spec.Declaration, settle *CommitError, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock() // also when it panics: see recovered
+	next = w.roster.next
+	ch, err = w.roster.evaluate()
+	var ce *CommitError
+	if errors.As(err, &ce) && ce.Reason == reasonInconsistent {
+		if !caughtUp {
+			w.suspect = ce // for the stall check
+			return next, nil, nil, nil, nil
+		}
+		return next, nil, nil, ce, nil
+	}
+	if ch != nil {
+		w.suspect = nil
+		w.refusedLogged = ""
+		decl = w.decl
+	}
+	return next, ch, decl, nil, err
 }
 
 // deliverChange hands an applied roster change to the sink: as a delta
@@ -573,10 +650,7 @@ func (w *Watcher) deliverChange(decl *spec.Declaration, ch *Change) {
 		w.log.Debug("roster change put whole", "declaration_generation", decl.Generation, "roster_generation", ch.Generation, "why", err)
 	}
 	// The roster in force is ch's: only this goroutine changes it.
-	w.mu.Lock()
-	sn := w.roster.snapshot()
-	w.mu.Unlock()
-	w.deliver(decl, sn)
+	w.deliver(decl, w.Snapshot())
 }
 
 // deltaOf is ch as a roster delta, sharing its names and addresses
@@ -667,13 +741,15 @@ func (w *Watcher) observeDeclaration(e entry) {
 	}
 	w.metrics.declarations.WithLabelValues("applied").Inc()
 	w.metrics.declaration.Set(float64(d.Generation))
-	w.mu.Lock()
-	w.decl = d
 	var sn *Snapshot
-	if w.cfg.Sink != nil {
-		sn = w.roster.snapshot()
-	}
-	w.mu.Unlock()
+	func() {
+		w.mu.Lock()
+		defer w.mu.Unlock() // also when it panics: see recovered
+		w.decl = d
+		if w.cfg.Sink != nil {
+			sn = w.roster.snapshot()
+		}
+	}()
 	w.log.Info("declaration read", "machine", d.Machine, "declaration_generation", d.Generation, "containers", len(d.Containers))
 	if sn == nil && w.cfg.Sink != nil {
 		w.log.Warn("the declaration waits for a roster commit", "bucket", w.cfg.Layout.Roster)

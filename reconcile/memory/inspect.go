@@ -118,6 +118,9 @@ func (m *Runtime) Exited(name string) error {
 		return fmt.Errorf("container %q: %w", name, reconcile.ErrNotFound)
 	}
 	c := m.containers[id]
+	if c.state == reconcile.StateRunning {
+		m.releaseLocked(c)
+	}
 	c.state = reconcile.StateExited
 	c.finished = m.opts.Now()
 	return nil

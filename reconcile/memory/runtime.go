@@ -50,6 +50,9 @@ type Runtime struct {
 	pending    *pendingFault // After fault of the call in progress
 	stops      []Stop
 	events     []Event
+	// held are the host ports and static addresses of running
+	// containers, to the ID of the one holding each (see claims).
+	held map[claim]string
 }
 
 type container struct {
@@ -76,6 +79,7 @@ func New(opts Options) *Runtime {
 		volumes:    map[string]bool{},
 		unhealthy:  map[string]bool{},
 		calls:      map[string]int{},
+		held:       map[claim]string{},
 	}
 }
 
@@ -168,6 +172,9 @@ func (m *Runtime) Start(ctx context.Context, id string) error {
 		return err
 	}
 	if c.state != reconcile.StateRunning {
+		if err := m.holdLocked(c); err != nil {
+			return fmt.Errorf("starting %q: %w", c.settings.Name, err)
+		}
 		m.clock++
 		c.state = reconcile.StateRunning
 		c.startSeq = m.clock
@@ -190,6 +197,7 @@ func (m *Runtime) Stop(ctx context.Context, id string, timeout time.Duration) er
 		return err
 	}
 	if c.state == reconcile.StateRunning {
+		m.releaseLocked(c)
 		m.clock++
 		c.state = reconcile.StateExited
 		c.finished = m.opts.Now()

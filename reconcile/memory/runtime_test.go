@@ -3,6 +3,8 @@ package memory_test
 import (
 	"context"
 	"errors"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,4 +159,72 @@ func TestRemovalCutShort(t *testing.T) {
 		}
 	}()
 	m.Inject(memory.Fault{Method: "Start", Cut: true})
+}
+
+// TestHeldAtStart: as podman, a container cannot start while another
+// running container holds one of its host ports (address, port and
+// protocol) or static addresses (on the same network); it can once that
+// one stopped or exited. Creating it is never refused.
+func TestHeldAtStart(t *testing.T) {
+	web := func(name string) spec.Container {
+		return spec.Container{Name: name, Image: "caddy",
+			Ports:    []spec.Port{{HostPort: 8080, ContainerPort: 80}},
+			Networks: []spec.NetworkAttachment{{Name: "mesh", IPv4: netip.MustParseAddr("10.89.0.5")}}}
+	}
+	for _, tc := range []struct {
+		name     string
+		second   func(c *spec.Container)
+		want     string // in the second Start's error; "" starts
+		andAfter func(m *memory.Runtime, ctx context.Context, first string) error
+	}{
+		{"same host port", func(c *spec.Container) { c.Networks = nil }, "8080: bind: address already in use", nil},
+		{"same static address", func(c *spec.Container) { c.Ports = nil }, "requested ip address 10.89.0.5 is already allocated", nil},
+		{"same port, other protocol; other network", func(c *spec.Container) {
+			c.Ports[0].Protocol = "udp"
+			c.Networks[0].Name = "other"
+		}, "", nil},
+		{"other host port; other address", func(c *spec.Container) {
+			c.Ports[0].HostPort = 8081
+			c.Networks[0].IPv4 = netip.MustParseAddr("10.89.0.6")
+		}, "", nil},
+		{"the first stopped", func(*spec.Container) {}, "", func(m *memory.Runtime, ctx context.Context, first string) error {
+			return m.Stop(ctx, first, time.Second)
+		}},
+		{"the first exited", func(*spec.Container) {}, "", func(m *memory.Runtime, ctx context.Context, first string) error {
+			return m.Exited("a")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			m := memory.New(memory.Options{})
+			first, err := m.Create(ctx, spec.Rendered{Container: web("a")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Start(ctx, first); err != nil {
+				t.Fatal(err)
+			}
+			c := web("b")
+			tc.second(&c)
+			second, err := m.Create(ctx, spec.Rendered{Container: c})
+			if err != nil {
+				t.Fatalf("Create = %v, want the container created", err)
+			}
+			if tc.andAfter != nil {
+				if err := tc.andAfter(m, ctx, first); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = m.Start(ctx, second)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Start(b) = %v, want it started", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Start(b) = %v, want an error containing %q", err, tc.want)
+			}
+			if got, _ := m.Container("b"); (got.State == reconcile.StateRunning) != (tc.want == "") {
+				t.Errorf("b is %s after Start", got.State)
+			}
+		})
+	}
 }

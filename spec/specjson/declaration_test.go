@@ -111,6 +111,16 @@ func TestParseDeclarationFaults(t *testing.T) {
 			`containers[1].name: "web.meshhost-old" ends with ".meshhost-old"`},
 		{"roster name with too many addresses", `{"schema": 1, "machine": "ace", "generation": 1, "roster": {"generation": 1, "names": {"a.internal": [` + manyAddrs(spec.MaxAddrsPerName+1) + `]}}, "containers": []}`,
 			`roster.names["a.internal"]: has 4001 addresses; at most 4000 fit a DNS answer`},
+		{"host port published twice by a container", minimal(`"name": "app", "image": "b", "ports": [{"host_port": 8080, "container_port": 80}, {"host_port": 8080, "container_port": 81}]`),
+			`containers[0].ports[1].host_port: 8080/tcp is also published by ports[0]`},
+		{"host port published by two containers", twoContainers(`"ports": [{"host_port": 8080, "container_port": 80}]`, `"ports": [{"host_port": 9090, "container_port": 90}, {"host_port": 8080, "container_port": 80, "protocol": "tcp"}]`),
+			`containers[1].ports[1]: host port 8080/tcp is already published by containers[0] "web"`},
+		{"host address and port published by two containers", twoContainers(`"ports": [{"host_ip": "127.0.0.1", "host_port": 53, "container_port": 53, "protocol": "udp"}]`, `"ports": [{"host_ip": "127.0.0.1", "host_port": 53, "container_port": 5353, "protocol": "udp"}]`),
+			`containers[1].ports[0]: host port 127.0.0.1:53/udp is already published by containers[0] "web"`},
+		{"static address asked by two containers", twoContainers(`"networks": [{"name": "mesh", "ipv4": "10.89.0.5"}]`, `"networks": [{"name": "edge"}, {"name": "mesh", "ipv4": "10.89.0.5"}]`),
+			`containers[1].networks[1].ipv4: 10.89.0.5 on network "mesh" is already the static address of containers[0] "web"`},
+		{"static IPv6 address asked by two containers", twoContainers(`"networks": [{"name": "mesh", "ipv6": "fd00::5"}]`, `"networks": [{"name": "mesh", "ipv6": "fd00::5"}]`),
+			`containers[1].networks[0].ipv6: fd00::5 on network "mesh" is already the static address of containers[0] "web"`},
 		{"trailing data", minimal("") + `{}`, `unexpected data after the top-level value`},
 		{"not json", `{"schema": 1,`, `not valid JSON`},
 	}
@@ -129,6 +139,32 @@ func TestParseDeclarationFaults(t *testing.T) {
 			var fe *spec.FieldError
 			if !errors.As(err, &fe) {
 				t.Errorf("error %v is not a *spec.FieldError", err)
+			}
+		})
+	}
+}
+
+// twoContainers returns a valid declaration of the containers web and
+// api, with the container fields a and b added to each.
+func twoContainers(a, b string) string {
+	return `{"schema": 1, "machine": "ace", "generation": 1, "roster": {"generation": 1, "names": {}},
+	  "containers": [{"name": "web", "image": "caddy", ` + a + `}, {"name": "api", "image": "api", ` + b + `}]}`
+}
+
+// TestParseDeclarationSharesWhatTheMachineCan: two containers may publish
+// one host port under other protocols or on other host addresses, and ask
+// one static address on other networks; each container may publish a port
+// without a host port (the runtime picks one).
+func TestParseDeclarationSharesWhatTheMachineCan(t *testing.T) {
+	for _, tc := range []struct{ name, a, b string }{
+		{"other protocol", `"ports": [{"host_port": 53, "container_port": 53}]`, `"ports": [{"host_port": 53, "container_port": 53, "protocol": "udp"}]`},
+		{"other host addresses", `"ports": [{"host_ip": "127.0.0.1", "host_port": 80, "container_port": 80}]`, `"ports": [{"host_ip": "127.0.0.2", "host_port": 80, "container_port": 80}]`},
+		{"no host port", `"ports": [{"container_port": 80}]`, `"ports": [{"container_port": 80}]`},
+		{"one address on other networks", `"networks": [{"name": "mesh", "ipv4": "10.89.0.5"}]`, `"networks": [{"name": "edge", "ipv4": "10.89.0.5"}]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := specjson.ParseDeclaration([]byte(twoContainers(tc.a, tc.b))); err != nil {
+				t.Errorf("ParseDeclaration = %v, want it accepted", err)
 			}
 		})
 	}
