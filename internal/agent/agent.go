@@ -58,6 +58,11 @@ import (
 // has it; so can a client of a resolver running as its own service. Where
 // the resolver listens and whom it answers goes through the Exposer, which
 // takes the resolver as a migrations.Resolver.
+//
+// New records in the state directory where the resolver is: the control
+// socket of a *control.Client, or else the agent's own process, whose
+// resolver saves its roster at statedir.Dir.Roster (ResolverAt,
+// ServedRoster).
 type Resolver interface {
 	Update(r *spec.Roster) error
 	Roster() *spec.Roster
@@ -279,6 +284,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m}
 	a.status.Store(&status{})
+	a.recordResolverAt()
 	return a, nil
 }
 
