@@ -17,7 +17,7 @@
 //	roster.json.log   the roster deltas it applied since (resolver.LogPath)
 //	reconciler.json   the reconciler's replacement budget and adoptions
 //	migrations.json   the migration gate's state (and migrations.json.lock, its lock)
-//	journal/          the history: declarations and passes
+//	journal/          the history: declarations, rosters that moved alone, and passes
 //	push.sock         the controller's push endpoint, unless --push says otherwise
 package statedir
 
