@@ -2,6 +2,8 @@ package deptest
 
 import (
 	"go/token"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -157,5 +159,44 @@ func TestExposedInternalFindsIt(t *testing.T) {
 				t.Errorf("exposed = %t (%v), want %t for:\n%s", got, found, tc.exposed, tc.src)
 			}
 		})
+	}
+}
+
+// TestReadmeListsEveryPackage: README's layout tables name every package
+// of the module, each on one line of its own, and no package that is not
+// there: a newcomer meets none the README does not mention.
+func TestReadmeListsEveryPackage(t *testing.T) {
+	mod, pkgs := List(t, "./...")
+	root := filepath.Dir(pkgs[mod+"/spec"].Dir)
+	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout, ok := strings.Cut(string(data), "\n## Layout\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Layout" section`)
+	}
+	layout, _, _ = strings.Cut(layout, "\n## ")
+	rows := map[string]int{} // the first cell of each table row, by its name
+	for _, line := range strings.Split(layout, "\n") {
+		if name, ok := strings.CutPrefix(line, "| `"); ok {
+			if name, _, ok = strings.Cut(name, "` |"); ok {
+				rows[name]++
+			}
+		}
+	}
+	for path := range pkgs {
+		rel := strings.TrimPrefix(path, mod+"/")
+		switch n := rows[rel]; {
+		case n == 0:
+			t.Errorf("README.md's layout does not list %s", rel)
+		case n > 1:
+			t.Errorf("README.md's layout lists %s %d times", rel, n)
+		}
+	}
+	for name := range rows {
+		if _, ok := pkgs[mod+"/"+name]; !ok && name != "tools" { // tools: a module of its own
+			t.Errorf("README.md's layout lists %s, which is not a package of %s", name, mod)
+		}
 	}
 }
