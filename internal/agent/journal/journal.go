@@ -220,6 +220,7 @@ func (h *held) add(key uint64, size int64) {
 
 // lastLocked returns the newest key of sub, and false for none.
 func (j *Journal) lastLocked(sub string) (uint64, bool, error) {
+	syncs.AssertLocked(&j.mu)
 	h, err := j.heldLocked(sub)
 	if err != nil || len(h.keys) == 0 {
 		return 0, false, err
