@@ -200,3 +200,66 @@ func TestReadmeListsEveryPackage(t *testing.T) {
 		}
 	}
 }
+
+// ownAssertion names, by package, the package's own copy of
+// syncs.AssertLocked, for a package that may not import internal ones: its
+// ...Locked functions call that instead. Keep it short.
+var ownAssertion = map[string]string{
+	// reconcile imports spec, digest and the standard library only
+	// (TestReconcileImportsItsChoicesOnly).
+	"reconcile": "assertLocked",
+}
+
+// TestLockedFunctionsAssertTheLock: every function whose name ends in
+// Locked (the caller holds the lock) asserts it first thing
+// (syncs.AssertLocked), so that a call without the lock panics in tests
+// instead of racing silently, as tailscale's syncs.AssertLocked does. A
+// function that needs no lock is not named ...Locked.
+func TestLockedFunctionsAssertTheLock(t *testing.T) {
+	mod, pkgs := List(t, "./...")
+	for path, p := range pkgs {
+		found, err := LockedWithoutAssertion(p.Dir, p.GoFiles, ownAssertion[strings.TrimPrefix(path, mod+"/")])
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, f := range found {
+			t.Errorf("%s: %s ends in Locked but does not begin with syncs.AssertLocked (or needs no lock: rename it)", path, f)
+		}
+	}
+	for pkg, own := range ownAssertion {
+		if _, ok := pkgs[mod+"/"+pkg]; !ok {
+			t.Errorf("ownAssertion names %s (%s), which is not a package of %s", pkg, own, mod)
+		}
+	}
+}
+
+// TestLockedWithoutAssertionFindsThem checks the checker on sources that
+// do and do not assert their lock.
+func TestLockedWithoutAssertionFindsThem(t *testing.T) {
+	const header = "package p\nimport (\n\t\"sync\"\n\tsy \"example.com/m/internal/plumbing/syncs\"\n)\ntype T struct{ mu sync.Mutex }\n"
+	for _, tc := range []struct {
+		name, src, own string
+		found          bool
+	}{
+		{name: "asserts", src: "func (t *T) putLocked() { sy.AssertLocked(&t.mu); t.mu = sync.Mutex{} }"},
+		{name: "function", src: "func drainLocked(t *T) { sy.AssertLocked(&t.mu) }"},
+		{name: "no assertion", src: "func (t *T) putLocked() { _ = t }", found: true},
+		{name: "empty", src: "func (t *T) putLocked() {}", found: true},
+		{name: "asserted late", src: "func (t *T) putLocked() { _ = t; sy.AssertLocked(&t.mu) }", found: true},
+		{name: "in a closure only", src: "func (t *T) putLocked() { func() { sy.AssertLocked(&t.mu) }() }", found: true},
+		{name: "another package's AssertLocked", src: "func (t *T) putLocked() { sync.AssertLocked(&t.mu) }", found: true},
+		{name: "its own copy", src: "func (t *T) putLocked() { assertLocked(&t.mu) }\nfunc assertLocked(m *sync.Mutex) {}", own: "assertLocked"},
+		{name: "an own copy not allowed", src: "func (t *T) putLocked() { assertLocked(&t.mu) }\nfunc assertLocked(m *sync.Mutex) {}", found: true},
+		{name: "not a Locked name", src: "func (t *T) Lock() {}\nfunc (t *T) unlocked() {}\nfunc Locked() bool { return true }"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			found, err := lockedInFile(token.NewFileSet(), "p.go", []byte(header+tc.src+"\n"), tc.own)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(found) > 0; got != tc.found {
+				t.Errorf("found = %t (%v), want %t for:\n%s", got, found, tc.found, tc.src)
+			}
+		})
+	}
+}
