@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 )
 
 // listener is one address served over UDP and TCP.
@@ -69,6 +71,7 @@ func (s *Server) listen(addr netip.AddrPort) (netip.AddrPort, error) {
 
 // serveLocked registers l and starts its readers; s.mu must be held.
 func (s *Server) serveLocked(l *listener) {
+	syncs.AssertLocked(&s.mu)
 	s.listeners[l.addr] = l
 	s.publishOwn()
 

@@ -113,13 +113,11 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 			level.Set(l)
 		}
 		// external is the resolver's control socket; empty: embedded.
-		external, ok := strings.CutPrefix(*resolverAt, "unix:")
+		external, err := agent.ParseResolverAt(*resolverAt)
 		switch {
-		case *resolverAt == "embedded":
-			external = ""
-		case !ok || external == "":
-			return exitUsage, fmt.Errorf("--resolver %q: want embedded or unix:PATH", *resolverAt)
-		case len(upstreams) > 0:
+		case err != nil:
+			return exitUsage, err
+		case external != "" && len(upstreams) > 0:
 			return exitUsage, errors.New("--upstream is the embedded resolver's: give meshhost-resolver its upstreams (its --upstream, or its --resolv-conf)")
 		}
 		if *runtimeKind != "podman" && *runtimeKind != "memory" {

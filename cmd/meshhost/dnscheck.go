@@ -7,17 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"github.com/spf13/cobra"
-	"io/fs"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/dnscheck"
 	"github.com/meshhost/meshhost/reconcile/podman"
-	"github.com/meshhost/meshhost/spec"
-	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 func init() {
@@ -30,11 +27,15 @@ type dnsCheckJSON struct {
 	Container string            `json:"container"`
 	PID       int               `json:"pid"`
 	Networks  map[string]string `json:"networks"`
+	// RosterError says why there is no roster to judge the name by (kind
+	// "unknown").
+	RosterError string `json:"roster_error,omitempty"`
 	*dnscheck.Report
 }
 
 func defineDNSCheck(env *environment, fs *flag.FlagSet) runner {
-	state := fs.String("state", statedir.Default, "the agent's state directory: its roster.json says which names are the mesh's")
+	state := fs.String("state", statedir.Default, "the agent's state directory: it says where the agent's resolver is, whose roster in force says which names are the mesh's")
+	resolverAt := fs.String("resolver", "", "where the agent's resolver is, to read the roster in force from: embedded (STATE/roster.json) or unix:PATH (meshhost-resolver's control socket); default: where the agent that last started said, in STATE/resolver")
 	socket := fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)")
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for each nameserver")
 	output := fs.String("output", "text", "output format: text or json")
@@ -57,7 +58,12 @@ func defineDNSCheck(env *environment, fs *flag.FlagSet) runner {
 		if err != nil {
 			return 1, err
 		}
-		roster, rosterErr := servedRoster(statedir.New(*state))
+		// Without the roster in force the lookups are still made and
+		// judged, but not against the roster: the output says why.
+		roster, rosterErr := agent.ServedRoster(ctx, statedir.New(*state), *resolverAt)
+		if rosterErr == nil && roster == nil {
+			rosterErr = errors.New("the agent's resolver serves no roster yet")
+		}
 		rep, err := dnscheck.Check(ctx, dnscheck.Config{
 			Netns:      fmt.Sprintf("/proc/%d/ns/net", box.PID),
 			ResolvConf: fmt.Sprintf("/proc/%d/root/etc/resolv.conf", box.PID),
@@ -74,6 +80,9 @@ func defineDNSCheck(env *environment, fs *flag.FlagSet) runner {
 		}
 		if *output == "json" {
 			out := dnsCheckJSON{Container: box.Name, PID: box.PID, Networks: map[string]string{}, Report: rep}
+			if roster == nil {
+				out.RosterError = rosterErr.Error()
+			}
 			for n, a := range box.Networks {
 				out.Networks[n] = a.String()
 			}
@@ -120,19 +129,6 @@ func defineDNSCheck(env *environment, fs *flag.FlagSet) runner {
 		}
 		return code, nil
 	}
-}
-
-// servedRoster reads the roster the agent's resolver serves (its saved
-// roster.json), nil when there is none.
-func servedRoster(dir statedir.Dir) (*spec.Roster, error) {
-	data, err := os.ReadFile(dir.Roster())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("no %s", dir.Roster())
-	}
-	if err != nil {
-		return nil, err
-	}
-	return specjson.ParseRoster(data)
 }
 
 func orDashStr(s string) string {

@@ -53,7 +53,8 @@ func TestDNSCheckOnPodman(t *testing.T) {
 	netC := h.Network("dnsc", "--disable-dns", "--subnet", subC.String(), "--gateway", gwC.String())
 
 	// meshhost's resolver on netA's gateway, its roster saved where the
-	// agent keeps it; its upstream is a dead loopback port.
+	// embedded resolver keeps it (dns-check --resolver embedded reads it
+	// there); its upstream is a dead loopback port.
 	state := t.TempDir()
 	roster := &spec.Roster{Generation: 3, Zones: []string{"internal"}, Names: map[string][]netip.Addr{"db.internal": {netip.MustParseAddr("10.1.2.3")}}}
 	reg, logs := prometheus.NewRegistry(), &syncbuf.Buffer{}
@@ -88,7 +89,7 @@ func TestDNSCheckOnPodman(t *testing.T) {
 		cli := func(extra ...string) (int, string, string) {
 			var stdout, stderr bytes.Buffer
 			env := &environment{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
-			args := append([]string{"dns-check", container, name, "--podman", h.Socket(), "--state", state, "--timeout", "1s"}, extra...)
+			args := append([]string{"dns-check", container, name, "--podman", h.Socket(), "--state", state, "--resolver", "embedded", "--timeout", "1s"}, extra...)
 			return run(context.Background(), env, args), stdout.String(), stderr.String()
 		}
 		code, text, errText := cli()
@@ -121,7 +122,7 @@ func TestDNSCheckOnPodman(t *testing.T) {
 	srv.SetAllow([]netip.Prefix{subA})
 	var js bytes.Buffer
 	run(context.Background(), &environment{stdout: &js, stderr: &js, getenv: func(string) string { return "" }},
-		[]string{"dns-check", a, "db.internal", "--podman", h.Socket(), "--state", state, "--output", "json"})
+		[]string{"dns-check", a, "db.internal", "--podman", h.Socket(), "--state", state, "--resolver", "embedded", "--output", "json"})
 	checkGolden(t, "dns-check.shape", jsonShape(t, js.String()))
 	if code, out, text := check(a, "db.internal"); code != 0 || verdict(out) != "ok" || !out.Results[0].Meshhost || fmt.Sprint(out.Results[0].Answer) != "[10.1.2.3]" || out.Answered != gwA.String()+":53" {
 		t.Errorf("db.internal from %s: exit %d, %+v answered %q\n%s", a, code, out.Results, out.Answered, text)

@@ -18,8 +18,9 @@ import (
 // historyEntryJSON is one entry of `meshhost history --output json`.
 type historyEntryJSON struct {
 	Time        time.Time                 `json:"time"`
-	Kind        string                    `json:"kind"` // declaration or pass
+	Kind        string                    `json:"kind"` // declaration, roster (a roster that moved alone) or pass
 	Declaration *journal.DeclarationEntry `json:"declaration,omitempty"`
+	Roster      *journal.RosterEntry      `json:"roster,omitempty"`
 	Pass        *passJSON                 `json:"pass,omitempty"`
 }
 
@@ -51,6 +52,8 @@ func historyJSON(entries []journal.Entry) []historyEntryJSON {
 			// Not the document: env and label values may be secrets.
 			s := e.Declaration.Summary()
 			h.Kind, h.Declaration = "declaration", &s
+		case e.Roster != nil:
+			h.Kind, h.Roster = "roster", e.Roster
 		case e.Pass != nil:
 			p := e.Pass
 			h.Kind = "pass"

@@ -114,7 +114,9 @@ func (g *gate) close() {
 // reaches the resolver, and with the server unreachable past the agent's
 // patience the resolver keeps answering the roster in force while
 // /healthz says the source is unreachable; once it is back the agent
-// catches up with what was published meanwhile.
+// catches up with what was published meanwhile. The journal holds each
+// roster that moved alone: `meshhost history` lists it, and `meshhost
+// roster diff` names the names that moved.
 func TestAgentNATSSource(t *testing.T) {
 	url := natsURL(t)
 	prefix := fmt.Sprintf("cmdtest-%d", time.Now().UnixNano()%1e9)
@@ -185,8 +187,28 @@ func TestAgentNATSSource(t *testing.T) {
 		return lookup(dnsAddr, "alpha.internal.") == "10.7.0.4"
 	})
 	eventually(t, "healthy again", 30*time.Second, func() bool { code, _ := healthzOf(httpAddr); return code == http.StatusOK })
+	state := filepath.Join(dir, "state")
+	eventually(t, "roster 3 journalled", 30*time.Second, func() bool {
+		code, _, _ := runCLI(t, nil, "roster", "diff", "2", "3", "--state", state)
+		return code == 0
+	})
 	if code := a.stop(t); code != 0 {
 		t.Errorf("agent exit %d", code)
+	}
+	for _, tc := range []struct{ a, b, want string }{
+		{"1", "2", "+ beta.internal 10.7.0.3\n~ alpha.internal 10.7.0.1 -> 10.7.0.2\n"},
+		{"2", "3", "~ alpha.internal 10.7.0.2 -> 10.7.0.4\n"},
+		{"3", "1", "- beta.internal 10.7.0.3\n~ alpha.internal 10.7.0.4 -> 10.7.0.1\n"},
+	} {
+		if code, out, errOut := runCLI(t, nil, "roster", "diff", tc.a, tc.b, "--state", state); code != 0 || out != tc.want {
+			t.Errorf("roster diff %s %s = exit %d:\n%s%s\nwant\n%s", tc.a, tc.b, code, out, errOut, tc.want)
+		}
+	}
+	_, hist, _ := runCLI(t, nil, "history", "--state", state)
+	for _, want := range []string{"declaration 1: roster 1,", "roster 2 (declaration 1); names +1 -0 ~1", "roster 3 (declaration 1); names +0 -0 ~1"} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("history lacks %q:\n%s", want, hist)
+		}
 	}
 }
 

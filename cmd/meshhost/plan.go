@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"github.com/spf13/cobra"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
-	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
@@ -34,6 +32,9 @@ func init() {
 // planFlags are the flags plan and explain share.
 type planFlags struct {
 	declaration, state, socket, output *string
+	// resolverAt is where the agent's resolver is, to read the roster in
+	// force from; empty: as the agent recorded it in the state directory.
+	resolverAt *string
 	// showValues prints env and label values in changes, for a person at a
 	// terminal; without it they show as a key and short hashes.
 	showValues *bool
@@ -45,7 +46,8 @@ type planFlags struct {
 func addPlanFlags(fs *flag.FlagSet) planFlags {
 	return planFlags{
 		declaration: fs.String("declaration", "", "the declaration to plan for (default: the one the agent applied last, STATE/declaration.json)"),
-		state:       fs.String("state", statedir.Default, "the agent's state directory (served roster, migration state, saved declaration)"),
+		state:       fs.String("state", statedir.Default, "the agent's state directory (migration state, saved declaration, where its resolver is)"),
+		resolverAt:  fs.String("resolver", "", "where the agent's resolver is, to read the roster in force from: embedded (STATE/roster.json) or unix:PATH (meshhost-resolver's control socket); default: where the agent that last started said, in STATE/resolver"),
 		socket:      fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)"),
 		output:      fs.String("output", "text", "output format: text or json"),
 		holdAbove:   fs.Int("hold-above", -1, "judge the plan's blast radius by this --hold-above (default: the agent's, from STATE/status.json, else 5)"),
@@ -97,6 +99,12 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*planned, error)
 		}
 		decl = d
 	}
+	// The roster in force is the one the agent's resolver serves, read
+	// where the agent reads it; without it no plan is the agent's.
+	served, err := agent.ServedRoster(ctx, dir, *f.resolverAt)
+	if err != nil {
+		return nil, fmt.Errorf("no plan without the roster in force: %w", err)
+	}
 	rt, inPlace, err := env.runtime(ctx, podmanSocket(env, *f.socket))
 	if err != nil {
 		return nil, err
@@ -108,7 +116,7 @@ func (f planFlags) plan(ctx context.Context, env *environment) (*planned, error)
 			holdAbove = st.HoldAbove
 		}
 	}
-	return planPass(ctx, dir, decl, rt, inPlace, holdAbove)
+	return planPass(ctx, dir, decl, served, rt, inPlace, holdAbove)
 }
 
 // applyDelta returns the declaration the agent saved in dir changed by the
@@ -146,23 +154,17 @@ type planned struct {
 
 // planPass computes what the agent's next pass would do for decl on rt,
 // from the agent's state in dir, through package pass as the agent does:
-// the roster in force (the one the resolver serves, the roster guard and
-// the operator's accepted generation decide whether decl's replaces it),
-// the migration gate's state, and the reconciler's owner and adoptions.
+// the roster in force (served, the one the agent's resolver serves: the
+// roster guard and the operator's accepted generation decide whether
+// decl's replaces it), the migration gate's state, and the reconciler's
+// owner and adoptions.
 // The gate works on a copy of its state: a dry run never writes anything.
 // What it cannot foresee is what the pass itself would learn first (a probe
 // of a network changing its mode).
 //
 // The blast-radius hold is judged with holdAbove and the generation the
 // operator approved, as the agent judges it.
-func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, rt reconcile.Runtime, inPlace bool, holdAbove int) (*planned, error) {
-	served, err := resolver.LoadState(dir.Roster()) // the roster file and the deltas logged beside it
-	if errors.Is(err, fs.ErrNotExist) {
-		served, err = nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("the resolver's saved roster %s: %w", dir.Roster(), err)
-	}
+func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, served *spec.Roster, rt reconcile.Runtime, inPlace bool, holdAbove int) (*planned, error) {
 	roster := pass.RosterInForce(served, decl.Roster, rosterguard.Policy{}, func() uint64 { return agent.AcceptedRoster(dir) })
 
 	scratch, err := os.MkdirTemp("", "meshhost-plan-")

@@ -22,6 +22,7 @@ import (
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/resolver/control"
 )
 
 // planDeclaration is a copy-mode declaration of three containers; web's
@@ -44,14 +45,59 @@ func planDeclaration(gen uint64, role string, names int) []byte {
 // pass then does, action for action: one replacement, of web, for its env.
 // Rendering with the declared roster, as plan once did, announces every
 // container replaced for its hosts in copy mode.
+//
+// It runs with the resolver in the agent's process, and as a service of
+// its own fed over its control socket (meshhost-resolver, as the package
+// runs it), whose roster is saved in its own state directory, not the
+// agent's: plan reads the roster in force where the agent said its
+// resolver is.
 func TestPlanAgreesWithTheAgent(t *testing.T) {
-	state := t.TempDir()
-	dir := statedir.New(state)
-	srv, err := resolver.New(resolver.Config{StatePath: dir.Roster(), Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
+	for _, setup := range []string{"embedded", "resolver-service"} {
+		t.Run(setup, func(t *testing.T) { testPlanAgreesWithTheAgent(t, setup == "resolver-service") })
+	}
+}
+
+// planResolver returns the resolver an agent on the state directory dir
+// feeds: in its process, saving its roster in dir; or, as a service,
+// meshhost-resolver's, saving its roster elsewhere, reached through its
+// control socket.
+func planResolver(t *testing.T, dir statedir.Dir, service bool) agent.Resolver {
+	t.Helper()
+	statePath := dir.Roster()
+	if service {
+		statePath = filepath.Join(t.TempDir(), "roster.json") // /var/lib/meshhost-resolver
+	}
+	srv, err := resolver.New(resolver.Config{StatePath: statePath, Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(func() { srv.Close() })
+	if !service {
+		return srv
+	}
+	cs, err := control.NewServer(control.Config{Resolver: srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockDir, err := os.MkdirTemp("", "mh-plan-") // short: a socket's path has at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sock := filepath.Join(sockDir, "resolver.sock")
+	l, err := control.Listen(sock, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go cs.Serve(l)
+	t.Cleanup(func() { cs.Shutdown(context.Background()) })
+	return control.NewClient(control.ClientConfig{Path: sock})
+}
+
+func testPlanAgreesWithTheAgent(t *testing.T, service bool) {
+	state := t.TempDir()
+	dir := statedir.New(state)
+	res := planResolver(t, dir, service)
 	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: "ace"})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +108,7 @@ func TestPlanAgreesWithTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	source := declsource.New(declsource.Config{Machine: "ace"})
-	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, State: dir})
+	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: res, Gate: gate, Source: source, State: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,5 +274,55 @@ func TestPlanOfADelta(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "declaration 2: roster 2, 3 containers, mesh_names off; names +1 -1 ~0") {
 		t.Errorf("history:\n%s", stdout.String())
+	}
+}
+
+// TestPlanRefusesWithoutTheRosterInForce: plan renders with the roster the
+// agent's resolver serves, or not at all. With nothing saying where that
+// resolver is, or a resolver service that does not answer, it says so and
+// plans nothing, rather than plan against no roster (which announces every
+// copy-mode container replaced for its hosts); --resolver says where.
+func TestPlanRefusesWithoutTheRosterInForce(t *testing.T) {
+	state := t.TempDir()
+	dir := statedir.New(state)
+	file := filepath.Join(t.TempDir(), "decl.json")
+	if err := os.WriteFile(file, planDeclaration(1, "web", 3), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rt := memory.New(memory.Options{})
+	plan := func(extra ...string) (int, string) {
+		var stdout, stderr bytes.Buffer
+		env := &environment{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" },
+			openRuntime: func(context.Context, string) (reconcile.Runtime, bool, error) { return rt, false, nil }}
+		code := run(context.Background(), env, append([]string{"plan", "--declaration", file, "--state", state}, extra...))
+		return code, stdout.String() + stderr.String()
+	}
+	for _, tc := range []struct {
+		name   string
+		record string // STATE/resolver; "": none
+		flags  []string
+		code   int
+		want   string
+	}{
+		{name: "no record", code: exitError, want: dir.Resolver() + " does not say where the agent's resolver is"},
+		{name: "service down", record: "unix:" + filepath.Join(state, "gone.sock"), code: exitError,
+			want: "no plan without the roster in force: reading the roster from the resolver service (--resolver unix:" + filepath.Join(state, "gone.sock") + "): the resolver's control socket does not answer"},
+		{name: "unreadable record", record: "tcp:127.0.0.1:1", code: exitError, want: `--resolver "tcp:127.0.0.1:1": want embedded or unix:PATH`},
+		{name: "flag", flags: []string{"--resolver", "embedded"}, code: exitChanges, want: "create   db"},
+		{name: "flag over record", record: "unix:" + filepath.Join(state, "gone.sock"), flags: []string{"--resolver", "embedded"}, code: exitChanges, want: "create   db"},
+		{name: "embedded, nothing served yet", record: "embedded", code: exitChanges, want: "create   db"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(dir.Resolver())
+			if tc.record != "" {
+				if err := os.WriteFile(dir.Resolver(), []byte(tc.record+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			code, out := plan(tc.flags...)
+			if code != tc.code || !strings.Contains(out, tc.want) {
+				t.Errorf("meshhost plan %v = exit %d, want %d and %q:\n%s", tc.flags, code, tc.code, tc.want, out)
+			}
+		})
 	}
 }

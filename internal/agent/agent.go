@@ -58,6 +58,11 @@ import (
 // has it; so can a client of a resolver running as its own service. Where
 // the resolver listens and whom it answers goes through the Exposer, which
 // takes the resolver as a migrations.Resolver.
+//
+// New records in the state directory where the resolver is: the control
+// socket of a *control.Client, or else the agent's own process, whose
+// resolver saves its roster at statedir.Dir.Roster (ResolverAt,
+// ServedRoster).
 type Resolver interface {
 	Update(r *spec.Roster) error
 	Roster() *spec.Roster
@@ -279,6 +284,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m}
 	a.status.Store(&status{})
+	a.recordResolverAt()
 	return a, nil
 }
 
@@ -547,6 +553,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		// Nothing of the plan is applied: the containers stay as they
 		// are. The roster is in force already, and the next pass judges
 		// again (an approval, an unfreeze, a newer declaration).
+		a.recordRostersLocked(ctx, head)
 		return rep, unsaved
 	}
 	res, err := a.cfg.Reconciler.Apply(ctx, c.Plan)
@@ -582,18 +589,19 @@ func (a *Agent) afterPass(rep *Report) (err error) {
 }
 
 // recordDeclarationLocked journals the declaration in force the first
-// time a pass applied it, with its roster's change from the declaration
+// time a pass applied it, with its roster's change from the roster
 // recorded before (from the Source's Changes: what changed, not the
-// roster).
+// roster); before it, the roster changes that came alone
+// (recordRostersLocked).
 func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Head) {
 	syncs.AssertLocked(&a.mu)
 	decl := head.Declaration
+	changes, ok := a.recordRostersLocked(ctx, head)
 	if decl.Generation == a.applied {
 		return
 	}
 	if a.cfg.Journal != nil {
 		diff := journal.Diff{To: decl.Roster.Generation, Unknown: true}
-		changes, ok := a.changesThrough(a.journalSeq, head)
 		if ok && (a.applied != 0 || len(changes) > 0) {
 			if do, undo, err := compose(changes); err == nil && do != nil {
 				diff = journal.DiffOf(do, undo)
@@ -607,6 +615,59 @@ func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Hea
 	}
 	a.applied, a.journalSeq = decl.Generation, head.Seq
 	a.log.InfoContext(ctx, "declaration applied", "declaration_generation", decl.Generation, "origin", head.Origin)
+}
+
+// recordRostersLocked journals the roster changes that came alone since
+// the last Change journalled, up to head: those that kept the generation
+// of the declaration journalled last (a NATS roster change, a roster put
+// with its declaration's generation). Each is a roster entry of its own,
+// named by its roster generation and holding its diff, which costs the
+// names it changed. A pass records them whether or not it applies its
+// plan (held, frozen): the roster is in force either way. It returns the
+// Changes after them, and false when the Source no longer has them all
+// (then, when the declaration is the one journalled, the roster's move is
+// journalled as not known).
+func (a *Agent) recordRostersLocked(ctx context.Context, head declsource.Head) ([]declsource.Change, bool) {
+	syncs.AssertLocked(&a.mu)
+	changes, ok := a.changesThrough(a.journalSeq, head)
+	if a.cfg.Journal == nil {
+		return changes, ok
+	}
+	gen := a.applied
+	if gen == 0 {
+		// After a start: the declaration the journal holds last goes on
+		// (the one saved), and its roster may move before a pass records
+		// anything.
+		if last, any, err := a.cfg.Journal.LastGeneration(); err == nil && any && last == head.Declaration.Generation {
+			gen = last
+		}
+	}
+	if gen == 0 {
+		return changes, ok
+	}
+	record := func(diff journal.Diff) bool {
+		_, err := a.cfg.Journal.RecordRoster(head.Declaration.Machine, gen, diff, time.Now())
+		if err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
+			a.log.WarnContext(ctx, "recording the roster in the journal", "roster_generation", diff.To, "err", err)
+			return false
+		}
+		return true
+	}
+	if !ok {
+		if head.Declaration.Generation == gen && record(journal.Diff{To: head.Declaration.Roster.Generation, Unknown: true}) {
+			a.journalSeq = head.Seq
+		}
+		return nil, false
+	}
+	n := 0
+	for ; n < len(changes) && changes[n].Generation == gen; n++ {
+		c := changes[n]
+		if c.Roster == nil || c.Undo == nil || !record(journal.DiffOf(c.Roster, c.Undo)) {
+			break // the next pass tries again
+		}
+		a.journalSeq = c.Seq
+	}
+	return changes[n:], true
 }
 
 // changesThrough returns the Source's Changes after seq, up to the one

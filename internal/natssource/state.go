@@ -165,7 +165,7 @@ func (s *rosterState) observe(key string, rev uint64, deleted bool, value []byte
 			}
 			return nil
 		}
-		if err := s.staleLocked(c, rev); err != nil {
+		if err := s.stale(c, rev); err != nil {
 			return err
 		}
 		if s.next != nil && s.next.err == nil && c.Generation <= s.next.c.Generation {
@@ -187,9 +187,9 @@ func (s *rosterState) observe(key string, rev uint64, deleted bool, value []byte
 	return nil
 }
 
-// staleLocked refuses a record that does not move the roster in force
+// stale refuses a record that does not move the roster in force
 // forward. The same record read again (a resumed watch) is not stale.
-func (s *rosterState) staleLocked(c Commit, rev uint64) error {
+func (s *rosterState) stale(c Commit, rev uint64) error {
 	switch {
 	case s.gen == 0:
 		return nil
@@ -220,7 +220,7 @@ func (s *rosterState) evaluate() (*Change, error) {
 		return nil, &CommitError{Revision: sc.rev, Reason: reasonInvalid, Err: sc.err}
 	}
 	c := sc.c
-	if err := s.staleLocked(c, sc.rev); err != nil {
+	if err := s.stale(c, sc.rev); err != nil {
 		return nil, err
 	}
 	if s.gen != 0 && c.Generation == s.gen && !s.rebuild {

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
@@ -409,6 +410,7 @@ func (c *Client) Exposure() Exposure {
 }
 
 func (c *Client) wantLocked() Exposure {
+	syncs.AssertLocked(&c.mu)
 	if c.settled || c.inherited == nil {
 		return c.told
 	}
@@ -417,6 +419,7 @@ func (c *Client) wantLocked() Exposure {
 
 // putLocked puts the whole exposure. c.mu must be held.
 func (c *Client) putLocked() (err error) {
+	syncs.AssertLocked(&c.mu)
 	defer func() { c.err = err }()
 	ctx, cancel := c.ctx(c.cfg.Timeout)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
@@ -176,6 +177,7 @@ func (s *Server) Retry() bool {
 // new addresses first, then the allow list and forwards, then the
 // addresses no longer wanted. s.mu must be held.
 func (s *Server) applyLocked(x Exposure) ExposureResult {
+	syncs.AssertLocked(&s.mu)
 	srv := s.cfg.Resolver
 	want := map[netip.AddrPort]bool{}
 	for _, a := range s.cfg.Static {
@@ -253,6 +255,7 @@ func failedText(m map[netip.AddrPort]string) map[string]string {
 // saveLocked writes the exposure when it differs from the file. s.mu
 // must be held.
 func (s *Server) saveLocked() error {
+	syncs.AssertLocked(&s.mu)
 	if s.cfg.ExposurePath == "" {
 		return nil
 	}

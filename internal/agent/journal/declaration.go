@@ -84,6 +84,14 @@ func (j *Journal) RecordDeclaration(d *spec.Declaration, diff Diff, at time.Time
 	return e, j.writeLocked(declarationsDir, d.Generation, e)
 }
 
+// LastGeneration returns the generation of the newest declaration
+// recorded, and false when none is.
+func (j *Journal) LastGeneration() (uint64, bool, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.lastLocked(declarationsDir)
+}
+
 // Declaration returns the declaration of generation gen, as recorded: its
 // containers and migration flag, and its roster's generation and zones;
 // the roster's names only from an entry of version 1 (meshhost rollback
@@ -122,25 +130,30 @@ func (j *Journal) Declarations() ([]DeclarationEntry, error) {
 
 // RosterDiff returns what changed from roster generation a to roster
 // generation b (as `meshhost roster diff A B` names them), by composing
-// the diffs the journal holds between them: it costs the names that
-// changed, not the rosters. Either generation must be one a declaration
-// entry held carried, or the one the oldest entry's diff starts from;
-// a later than b gives the change back from a to b.
+// the diffs the journal holds between them, of declaration entries and
+// roster entries alike: it costs the names that changed, not the rosters.
+// Either generation must be one an entry held carried, or one an entry's
+// diff starts from; a later than b gives the change back
+// from a to b. A change between them that was not recorded (Diff.Unknown,
+// or entries pruned of one kind and not the other) is ErrNotFound.
 func (j *Journal) RosterDiff(a, b uint64) (Diff, error) {
-	decls, err := j.Declarations()
+	chain, err := j.chain()
 	if err != nil {
 		return Diff{}, err
 	}
 	// pos is where a roster generation is in the chain: after entry i
-	// (the newest one carrying it), or -1 before the first.
+	// (the last one carrying it), or, for one only a diff starts from,
+	// before that entry (i-1; -1 before the first).
 	pos := func(gen uint64) (int, error) {
-		for i, e := range slices.Backward(decls) {
-			if e.RosterGeneration == gen {
+		for i, l := range slices.Backward(chain) {
+			if l.gen == gen {
 				return i, nil
 			}
 		}
-		if len(decls) > 0 && decls[0].RosterDiff.From == gen && !decls[0].RosterDiff.Unknown {
-			return -1, nil
+		for i, l := range chain {
+			if l.diff.From == gen && !l.diff.Unknown {
+				return i - 1, nil
+			}
 		}
 		return 0, fmt.Errorf("roster %d: %w", gen, ErrNotFound)
 	}
@@ -152,16 +165,22 @@ func (j *Journal) RosterDiff(a, b uint64) (Diff, error) {
 	if err != nil {
 		return Diff{}, err
 	}
-	lo, hi := min(pa, pb), max(pa, pb)
-	d := Diff{From: a, To: a}
-	if lo != hi {
-		d = Diff{From: decls[lo+1].RosterDiff.From, To: decls[lo+1].RosterDiff.From}
-		for _, e := range decls[lo+1 : hi+1] {
-			if e.RosterDiff.Unknown {
-				return Diff{}, fmt.Errorf("roster %d to %d: the change to roster %d was not recorded: %w", a, b, e.RosterGeneration, ErrNotFound)
-			}
-			d = d.Then(e.RosterDiff)
+	lo, hi, start, end := pa, pb, a, b
+	if pb < pa {
+		lo, hi, start, end = pb, pa, b, a
+	}
+	d := Diff{From: start, To: start}
+	for _, l := range chain[lo+1 : hi+1] {
+		switch {
+		case l.diff.Unknown:
+			return Diff{}, fmt.Errorf("roster %d to %d: the change to roster %d was not recorded: %w", a, b, l.gen, ErrNotFound)
+		case l.diff.From != d.To:
+			return Diff{}, fmt.Errorf("roster %d to %d: the change from roster %d to %d was not recorded: %w", a, b, d.To, l.diff.From, ErrNotFound)
 		}
+		d = d.Then(l.diff)
+	}
+	if d.To != end {
+		return Diff{}, fmt.Errorf("roster %d to %d: the change from roster %d to %d was not recorded: %w", a, b, d.To, end, ErrNotFound)
 	}
 	if pa > pb {
 		d = d.Reverse()

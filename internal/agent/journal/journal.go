@@ -27,7 +27,12 @@ import (
 //	   whole declaration (a roster of 100,000 names made each 5 MB);
 //	   roster_diff may say the change was not known ("unknown").
 //	   Version 1 entries are read as they are.
-const Version = 2
+//	3: rosters/: a roster that moved alone, the declaration's generation
+//	   unchanged (a NATS roster change), is a RosterEntry named by its
+//	   roster generation, holding its diff; the roster's history is the
+//	   chain of the diffs of both kinds. Older entries are read as they
+//	   are.
+const Version = 3
 
 // DefaultKeep is how many entries of each kind a journal keeps.
 const DefaultKeep = 200
@@ -81,20 +86,21 @@ type held struct {
 
 const (
 	declarationsDir = "declarations"
+	rostersDir      = "rosters"
 	passesDir       = "passes"
 )
 
 // Open opens the journal in dir, creating it if needed.
 func Open(dir string, opts Options) (*Journal, error) {
 	j := &Journal{dir: dir, keep: cmp.Or(opts.Keep, DefaultKeep), maxBytes: cmp.Or(opts.MaxBytes, DefaultMaxBytes)}
-	for _, sub := range []string{declarationsDir, passesDir} {
+	for _, sub := range []string{declarationsDir, rostersDir, passesDir} {
 		// The owner's alone: declarations hold env and label values. A
 		// journal made by an older meshhost (0750) is tightened.
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("opening journal: %w", err)
 		}
 	}
-	for _, d := range []string{dir, filepath.Join(dir, declarationsDir), filepath.Join(dir, passesDir)} {
+	for _, d := range []string{dir, filepath.Join(dir, declarationsDir), filepath.Join(dir, rostersDir), filepath.Join(dir, passesDir)} {
 		if err := ownerOnly(d); err != nil {
 			return nil, fmt.Errorf("opening journal: %w", err)
 		}
@@ -214,6 +220,7 @@ func (h *held) add(key uint64, size int64) {
 
 // lastLocked returns the newest key of sub, and false for none.
 func (j *Journal) lastLocked(sub string) (uint64, bool, error) {
+	syncs.AssertLocked(&j.mu)
 	h, err := j.heldLocked(sub)
 	if err != nil || len(h.keys) == 0 {
 		return 0, false, err
@@ -241,10 +248,12 @@ func writeFileAtomic(path string, data []byte) error {
 	return atomicfile.Write(path, data, 0o600)
 }
 
-// Entry is one line of the history: a declaration applied, or a pass.
+// Entry is one line of the history: a declaration applied, a roster that
+// moved alone, or a pass.
 type Entry struct {
 	Time        time.Time
 	Declaration *DeclarationEntry // set for a declaration
+	Roster      *RosterEntry      // set for a roster
 	Pass        *PassEntry        // set for a pass
 }
 
@@ -253,13 +262,10 @@ func (e Entry) String() string {
 	ts := e.Time.UTC().Format(time.RFC3339)
 	if d := e.Declaration; d != nil {
 		s := fmt.Sprintf("%s declaration %d: roster %d, %d containers, mesh_names %s", ts, d.Generation, d.RosterGeneration, d.Containers, d.MeshNames)
-		switch {
-		case d.RosterDiff.Unknown:
-			s += "; names changed (not recorded)"
-		case !d.RosterDiff.Empty():
-			s += fmt.Sprintf("; names +%d -%d ~%d", len(d.RosterDiff.Added), len(d.RosterDiff.Removed), len(d.RosterDiff.Moved))
-		}
-		return s
+		return s + namesChanged(d.RosterDiff, false)
+	}
+	if r := e.Roster; r != nil {
+		return fmt.Sprintf("%s roster %d (declaration %d)", ts, r.RosterGeneration, r.Generation) + namesChanged(r.RosterDiff, true)
 	}
 	p := e.Pass
 	counts := map[string]int{}
@@ -284,9 +290,25 @@ func (e Entry) String() string {
 	return s
 }
 
+// namesChanged says what d changed, after an entry's summary; always
+// says something when the summary alone would not.
+func namesChanged(d Diff, always bool) string {
+	switch {
+	case d.Unknown:
+		return "; names changed (not recorded)"
+	case !d.Empty() || always:
+		return fmt.Sprintf("; names +%d -%d ~%d", len(d.Added), len(d.Removed), len(d.Moved))
+	}
+	return ""
+}
+
 // History returns every entry the journal holds, oldest first.
 func (j *Journal) History() ([]Entry, error) {
 	decls, err := j.Declarations()
+	if err != nil {
+		return nil, err
+	}
+	rosters, err := j.Rosters()
 	if err != nil {
 		return nil, err
 	}
@@ -294,9 +316,12 @@ func (j *Journal) History() ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Entry, 0, len(decls)+len(passes))
+	out := make([]Entry, 0, len(decls)+len(rosters)+len(passes))
 	for i := range decls {
 		out = append(out, Entry{Time: decls[i].Time, Declaration: &decls[i]})
+	}
+	for i := range rosters {
+		out = append(out, Entry{Time: rosters[i].Time, Roster: &rosters[i]})
 	}
 	for i := range passes {
 		out = append(out, Entry{Time: passes[i].Time, Pass: &passes[i]})

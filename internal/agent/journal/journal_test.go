@@ -134,7 +134,9 @@ func TestJournal(t *testing.T) {
 
 // TestRosterDiffComposes: the journal's roster diff between any two
 // generations it holds is the diff of the two rosters, however many
-// entries (each a small diff) lie between them, and whichever way round.
+// entries (each a small diff) lie between them, and whichever way round;
+// the roster moves now with a new declaration, now alone (a roster
+// entry), now not at all with a new declaration.
 func TestRosterDiffComposes(t *testing.T) {
 	j, err := journal.Open(t.TempDir(), journal.Options{})
 	if err != nil {
@@ -143,6 +145,7 @@ func TestRosterDiffComposes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	var rosters []*spec.Roster
 	var prev *spec.Roster
+	declGen := uint64(0)
 	for gen := uint64(1); gen <= 30; gen++ {
 		n := map[string][]netip.Addr{}
 		if prev != nil {
@@ -156,12 +159,30 @@ func TestRosterDiffComposes(t *testing.T) {
 				n[name] = addrs(fmt.Sprintf("10.0.0.%d", rng.IntN(5)))
 			}
 		}
-		d := declaration(gen, gen, n)
-		if _, err := j.RecordDeclaration(d, journal.RosterDiff(prev, d.Roster), time.Now()); err != nil {
-			t.Fatal(err)
+		r := &spec.Roster{Generation: gen, Zones: []string{"internal"}, Names: n}
+		switch {
+		case gen > 1 && rng.IntN(2) == 0: // the roster alone
+			if _, err := j.RecordRoster("hub", declGen, journal.RosterDiff(prev, r), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			declGen++
+			d := declaration(declGen, gen, n)
+			if _, err := j.RecordDeclaration(d, journal.RosterDiff(prev, r), time.Now()); err != nil {
+				t.Fatal(err)
+			}
 		}
-		rosters = append(rosters, d.Roster)
-		prev = d.Roster
+		if rng.IntN(4) == 0 { // a new declaration, the roster unchanged
+			declGen++
+			if _, err := j.RecordDeclaration(declaration(declGen, gen, n), journal.RosterDiff(r, r), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rosters = append(rosters, r)
+		prev = r
+	}
+	if rs, err := j.Rosters(); err != nil || len(rs) == 0 {
+		t.Fatalf("Rosters() = %d entries, %v; the test records some", len(rs), err)
 	}
 	for range 200 {
 		a, b := 1+rng.IntN(30), 1+rng.IntN(30)
@@ -204,5 +225,96 @@ func TestJournalBoundsBytes(t *testing.T) {
 			gens = append(gens, d.Generation)
 		}
 		t.Errorf("declarations kept under a 3000-byte bound: %v; want the newest one or two, ending with 6", gens)
+	}
+}
+
+// TestRosterEntries: a roster that moves alone (the declaration's
+// generation unchanged) is a roster entry named by its roster generation;
+// history lists it, roster diff composes across it and the declarations
+// around it, the same generation again changes nothing, an older one is
+// refused, and a change that was not recorded (an entry pruned, or
+// never written) is ErrNotFound rather than a wrong diff.
+func TestRosterEntries(t *testing.T) {
+	dir := t.TempDir()
+	j, err := journal.Open(dir, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	alpha := func(a string) map[string][]netip.Addr { return map[string][]netip.Addr{"alpha.internal": addrs(a)} }
+	r1 := &spec.Roster{Generation: 1, Names: alpha("10.7.0.1")}
+	r2 := &spec.Roster{Generation: 2, Names: map[string][]netip.Addr{"alpha.internal": addrs("10.7.0.2"), "beta.internal": addrs("10.7.0.3")}}
+	r3 := &spec.Roster{Generation: 3, Names: alpha("10.7.0.2")}
+	if _, err := j.RecordDeclaration(declaration(1, 1, r1.Names), journal.RosterDiff(nil, r1), at); err != nil {
+		t.Fatal(err)
+	}
+	e, err := j.RecordRoster("hub", 1, journal.RosterDiff(r1, r2), at.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Version != journal.Version || e.RosterGeneration != 2 || e.Generation != 1 || e.Machine != "hub" {
+		t.Errorf("RecordRoster = %+v", e)
+	}
+	if again, err := j.RecordRoster("hub", 1, journal.Diff{From: 1, To: 2, Unknown: true}, at.Add(2*time.Minute)); err != nil || again.RosterDiff.Unknown || !again.Time.Equal(e.Time) {
+		t.Errorf("recording roster 2 again = %+v, %v; want the entry recorded first", again, err)
+	}
+	if _, err := j.RecordRoster("hub", 1, journal.Diff{From: 0, To: 1}, at); !errors.Is(err, journal.ErrOlderGeneration) {
+		t.Errorf("recording an older roster: %v, want ErrOlderGeneration", err)
+	}
+	// A new declaration, its roster moved too.
+	if _, err := j.RecordDeclaration(declaration(2, 3, r3.Names), journal.RosterDiff(r2, r3), at.Add(3*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+
+	j, _ = journal.Open(dir, journal.Options{}) // reopened: read from disk
+	for _, tc := range []struct {
+		a, b uint64
+		want string
+	}{
+		{1, 2, "+ beta.internal 10.7.0.3\n~ alpha.internal 10.7.0.1 -> 10.7.0.2\n"},
+		{2, 3, "- beta.internal 10.7.0.3\n"},
+		{1, 3, "~ alpha.internal 10.7.0.1 -> 10.7.0.2\n"},
+		{2, 1, "- beta.internal 10.7.0.3\n~ alpha.internal 10.7.0.2 -> 10.7.0.1\n"},
+		{0, 2, "+ alpha.internal 10.7.0.2\n+ beta.internal 10.7.0.3\n"},
+	} {
+		d, err := j.RosterDiff(tc.a, tc.b)
+		if err != nil || d.String() != tc.want || d.From != tc.a || d.To != tc.b {
+			t.Errorf("RosterDiff(%d, %d) = %+v, %v; want\n%s", tc.a, tc.b, d, err, tc.want)
+		}
+	}
+	h, err := j.History()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, e := range h {
+		lines = append(lines, e.String())
+	}
+	want := []string{
+		"2025-03-01T12:00:00Z declaration 1: roster 1, 1 containers, mesh_names off; names +1 -0 ~0",
+		"2025-03-01T12:01:00Z roster 2 (declaration 1); names +1 -0 ~1",
+		"2025-03-01T12:03:00Z declaration 2: roster 3, 1 containers, mesh_names off; names +0 -1 ~0",
+	}
+	if diff := cmp.Diff(want, lines); diff != "" {
+		t.Errorf("History (-want +got):\n%s", diff)
+	}
+
+	// Roster 4 and 5 move alone; 4's entry is lost (pruned, say): the
+	// journal says it does not know rather than compose past the hole.
+	r4 := &spec.Roster{Generation: 4, Names: alpha("10.7.0.4")}
+	r5 := &spec.Roster{Generation: 5, Names: alpha("10.7.0.5")}
+	if _, err := j.RecordRoster("hub", 2, journal.RosterDiff(r4, r5), at.Add(5*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := j.RosterDiff(3, 5); !errors.Is(err, journal.ErrNotFound) {
+		t.Errorf("RosterDiff(3, 5) across an unrecorded change = %v, %v; want ErrNotFound", d, err)
+	}
+	if d, err := j.RosterDiff(4, 5); err != nil || d.String() != "~ alpha.internal 10.7.0.4 -> 10.7.0.5\n" {
+		t.Errorf("RosterDiff(4, 5) = %v, %v", d, err)
+	}
+	for _, ab := range [][2]uint64{{3, 4}, {4, 3}, {2, 4}} {
+		if d, err := j.RosterDiff(ab[0], ab[1]); !errors.Is(err, journal.ErrNotFound) {
+			t.Errorf("RosterDiff(%d, %d) across an unrecorded change = %v, %v; want ErrNotFound", ab[0], ab[1], d, err)
+		}
 	}
 }

@@ -12,11 +12,12 @@
 //	approved          a declaration generation the operator let past the blast-radius hold (meshhost approve)
 //	frozen            present while the machine is frozen (meshhost freeze)
 //	status.json       what the agent's last pass found: a declaration held, the freeze, its --hold-above
-//	roster.json       the resolver's last good roster (roster file format), as of when it was written whole
-//	roster.json.log   the roster deltas the resolver applied since (resolver.LogPath)
+//	resolver          where the agent's resolver is, as its --resolver says: embedded, or unix:PATH
+//	roster.json       the embedded resolver's last good roster (roster file format), as of when it was written whole
+//	roster.json.log   the roster deltas it applied since (resolver.LogPath)
 //	reconciler.json   the reconciler's replacement budget and adoptions
 //	migrations.json   the migration gate's state (and migrations.json.lock, its lock)
-//	journal/          the history: declarations and passes
+//	journal/          the history: declarations, rosters that moved alone, and passes
 //	push.sock         the controller's push endpoint, unless --push says otherwise
 package statedir
 
@@ -73,8 +74,17 @@ func (d Dir) Frozen() string { return d.join("frozen") }
 // `meshhost plan`.
 func (d Dir) Status() string { return d.join("status.json") }
 
-// Roster is the resolver's last good roster (resolver.Config.StatePath).
+// Roster is the embedded resolver's last good roster
+// (resolver.Config.StatePath). The resolver service (meshhost-resolver)
+// keeps its own, in its own state directory.
 func (d Dir) Roster() string { return d.join("roster.json") }
+
+// Resolver says where the agent's resolver is, in the form of the agent's
+// --resolver: "embedded" (its roster is Roster) or unix:PATH, the control
+// socket of the resolver service. The agent writes it when it starts, so
+// that the commands that need the roster in force (plan, explain,
+// dns-check) read it where the agent does.
+func (d Dir) Resolver() string { return d.join("resolver") }
 
 // Reconciler keeps the reconciler's replacement budget and adoptions
 // across restarts.

@@ -30,6 +30,7 @@ import (
 	"sync"
 
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -188,6 +189,7 @@ func (l *Log) Append(key uint64, payload []byte) error {
 // records, or removed when the append created it (a failed write leaves
 // the directory as it was).
 func (l *Log) undoLocked() {
+	syncs.AssertLocked(&l.mu)
 	if l.created && l.size == 0 {
 		l.f.Close()
 		if os.Remove(l.path) == nil {
@@ -205,6 +207,7 @@ func (l *Log) undoLocked() {
 // openLocked opens the file for writing and cuts off what follows the
 // valid records (a torn record).
 func (l *Log) openLocked() error {
+	syncs.AssertLocked(&l.mu)
 	if l.f != nil {
 		return nil
 	}

@@ -73,9 +73,6 @@ func Start(name string, interval, timeout time.Duration, lookup Lookup) *Prober 
 	return p
 }
 
-// Name is the prober's name.
-func (p *Prober) Name() string { return p.name }
-
 // Stop ends the prober after its lookups in flight have ended.
 func (p *Prober) Stop() {
 	p.cancel()

@@ -1,8 +1,9 @@
 // Package deptest states the module's dependency rules as tests, in the
 // spirit of tailscale's tstest/deptest: the leaves stay leaves, one package
-// talks to podman, and no public package hands out an internal type. The
-// rules themselves are in rules_test.go; this file reads the module with
-// `go list` and go/ast, and needs nothing else.
+// talks to podman, no public package hands out an internal type, every
+// ...Locked function asserts its lock, and README's layout lists every
+// package. The rules themselves are in rules_test.go; this file reads the
+// module with `go list` and go/ast, and needs nothing else.
 package deptest
 
 import (
@@ -231,4 +232,109 @@ func exportedReceiver(recv *ast.FieldList) bool {
 			return false
 		}
 	}
+}
+
+// syncsPath is the package of the assertion ...Locked functions make.
+const syncsPath = "/internal/plumbing/syncs"
+
+// LockedWithoutAssertion returns the functions of the package in dir (its
+// GoFiles) whose names end in Locked, the house's "the caller holds the
+// lock", and whose first statement is not a call of syncs.AssertLocked
+// (internal/plumbing/syncs), or of the package's own copy named own (for
+// a package that may not import internal ones; "" for none): each entry
+// reads "file.go:line: name". The assertion functions themselves are not
+// reported. A function that needs no lock should not say it does; one
+// that does should check it.
+func LockedWithoutAssertion(dir string, files []string, own string) ([]string, error) {
+	fset := token.NewFileSet()
+	var out []string
+	for _, name := range files {
+		src, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		found, err := lockedInFile(fset, name, src, own)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, found...)
+	}
+	return out, nil
+}
+
+// lockedInFile is LockedWithoutAssertion for one file's source.
+func lockedInFile(fset *token.FileSet, name string, src []byte, own string) ([]string, error) {
+	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	syncs := "" // the local name of the syncs package, if imported
+	for _, imp := range f.Imports {
+		path, _ := strconv.Unquote(imp.Path.Value)
+		if strings.HasSuffix(path, syncsPath) {
+			syncs = "syncs"
+			if imp.Name != nil {
+				syncs = imp.Name.Name
+			}
+		}
+	}
+	var out []string
+	for _, decl := range f.Decls {
+		fn, ok := decl.(*ast.FuncDecl)
+		n := ""
+		if ok {
+			n = fn.Name.Name
+		}
+		if !ok || fn.Body == nil || !strings.HasSuffix(n, "Locked") || n == "Locked" || n == "AssertLocked" || n == own {
+			continue
+		}
+		if len(fn.Body.List) == 0 || !isAssertion(fn.Body.List[0], syncs, own) {
+			out = append(out, fmt.Sprintf("%s: %s", fset.Position(fn.Pos()), funcName(fn)))
+		}
+	}
+	return out, nil
+}
+
+// isAssertion reports whether statement st calls syncs.AssertLocked
+// (syncs: the package's local name, "" when not imported) or the
+// package's own assertion, own.
+func isAssertion(st ast.Stmt, syncs, own string) bool {
+	es, ok := st.(*ast.ExprStmt)
+	if !ok {
+		return false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	switch fun := call.Fun.(type) {
+	case *ast.SelectorExpr:
+		id, ok := fun.X.(*ast.Ident)
+		return ok && syncs != "" && id.Name == syncs && fun.Sel.Name == "AssertLocked"
+	case *ast.Ident:
+		return own != "" && fun.Name == own
+	}
+	return false
+}
+
+// funcName is fn's name, with its receiver's type for a method
+// ("(*Server).applyLocked").
+func funcName(fn *ast.FuncDecl) string {
+	if fn.Recv == nil || len(fn.Recv.List) == 0 {
+		return fn.Name.Name
+	}
+	t, star := fn.Recv.List[0].Type, ""
+	if s, ok := t.(*ast.StarExpr); ok {
+		t, star = s.X, "*"
+	}
+	switch x := t.(type) {
+	case *ast.IndexExpr:
+		t = x.X
+	case *ast.IndexListExpr:
+		t = x.X
+	}
+	if id, ok := t.(*ast.Ident); ok {
+		return fmt.Sprintf("(%s%s).%s", star, id.Name, fn.Name.Name)
+	}
+	return fn.Name.Name
 }

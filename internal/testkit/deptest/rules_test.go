@@ -2,6 +2,8 @@ package deptest
 
 import (
 	"go/token"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -155,6 +157,108 @@ func TestExposedInternalFindsIt(t *testing.T) {
 			}
 			if got := len(found) > 0; got != tc.exposed {
 				t.Errorf("exposed = %t (%v), want %t for:\n%s", got, found, tc.exposed, tc.src)
+			}
+		})
+	}
+}
+
+// TestReadmeListsEveryPackage: README's layout tables name every package
+// of the module, each on one line of its own, and no package that is not
+// there: a newcomer meets none the README does not mention.
+func TestReadmeListsEveryPackage(t *testing.T) {
+	mod, pkgs := List(t, "./...")
+	root := filepath.Dir(pkgs[mod+"/spec"].Dir)
+	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout, ok := strings.Cut(string(data), "\n## Layout\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Layout" section`)
+	}
+	layout, _, _ = strings.Cut(layout, "\n## ")
+	rows := map[string]int{} // the first cell of each table row, by its name
+	for _, line := range strings.Split(layout, "\n") {
+		if name, ok := strings.CutPrefix(line, "| `"); ok {
+			if name, _, ok = strings.Cut(name, "` |"); ok {
+				rows[name]++
+			}
+		}
+	}
+	for path := range pkgs {
+		rel := strings.TrimPrefix(path, mod+"/")
+		switch n := rows[rel]; {
+		case n == 0:
+			t.Errorf("README.md's layout does not list %s", rel)
+		case n > 1:
+			t.Errorf("README.md's layout lists %s %d times", rel, n)
+		}
+	}
+	for name := range rows {
+		if _, ok := pkgs[mod+"/"+name]; !ok && name != "tools" { // tools: a module of its own
+			t.Errorf("README.md's layout lists %s, which is not a package of %s", name, mod)
+		}
+	}
+}
+
+// ownAssertion names, by package, the package's own copy of
+// syncs.AssertLocked, for a package that may not import internal ones: its
+// ...Locked functions call that instead. Keep it short.
+var ownAssertion = map[string]string{
+	// reconcile imports spec, digest and the standard library only
+	// (TestReconcileImportsItsChoicesOnly).
+	"reconcile": "assertLocked",
+}
+
+// TestLockedFunctionsAssertTheLock: every function whose name ends in
+// Locked (the caller holds the lock) asserts it first thing
+// (syncs.AssertLocked), so that a call without the lock panics in tests
+// instead of racing silently, as tailscale's syncs.AssertLocked does. A
+// function that needs no lock is not named ...Locked.
+func TestLockedFunctionsAssertTheLock(t *testing.T) {
+	mod, pkgs := List(t, "./...")
+	for path, p := range pkgs {
+		found, err := LockedWithoutAssertion(p.Dir, p.GoFiles, ownAssertion[strings.TrimPrefix(path, mod+"/")])
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, f := range found {
+			t.Errorf("%s: %s ends in Locked but does not begin with syncs.AssertLocked (or needs no lock: rename it)", path, f)
+		}
+	}
+	for pkg, own := range ownAssertion {
+		if _, ok := pkgs[mod+"/"+pkg]; !ok {
+			t.Errorf("ownAssertion names %s (%s), which is not a package of %s", pkg, own, mod)
+		}
+	}
+}
+
+// TestLockedWithoutAssertionFindsThem checks the checker on sources that
+// do and do not assert their lock.
+func TestLockedWithoutAssertionFindsThem(t *testing.T) {
+	const header = "package p\nimport (\n\t\"sync\"\n\tsy \"example.com/m/internal/plumbing/syncs\"\n)\ntype T struct{ mu sync.Mutex }\n"
+	for _, tc := range []struct {
+		name, src, own string
+		found          bool
+	}{
+		{name: "asserts", src: "func (t *T) putLocked() { sy.AssertLocked(&t.mu); t.mu = sync.Mutex{} }"},
+		{name: "function", src: "func drainLocked(t *T) { sy.AssertLocked(&t.mu) }"},
+		{name: "no assertion", src: "func (t *T) putLocked() { _ = t }", found: true},
+		{name: "empty", src: "func (t *T) putLocked() {}", found: true},
+		{name: "asserted late", src: "func (t *T) putLocked() { _ = t; sy.AssertLocked(&t.mu) }", found: true},
+		{name: "in a closure only", src: "func (t *T) putLocked() { func() { sy.AssertLocked(&t.mu) }() }", found: true},
+		{name: "another package's AssertLocked", src: "func (t *T) putLocked() { sync.AssertLocked(&t.mu) }", found: true},
+		{name: "its own copy", src: "func (t *T) putLocked() { assertLocked(&t.mu) }\nfunc assertLocked(m *sync.Mutex) {}", own: "assertLocked"},
+		{name: "an own copy not allowed", src: "func (t *T) putLocked() { assertLocked(&t.mu) }\nfunc assertLocked(m *sync.Mutex) {}", found: true},
+		{name: "not a Locked name", src: "func (t *T) Lock() {}\nfunc (t *T) unlocked() {}\nfunc Locked() bool { return true }"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			found, err := lockedInFile(token.NewFileSet(), "p.go", []byte(header+tc.src+"\n"), tc.own)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(found) > 0; got != tc.found {
+				t.Errorf("found = %t (%v), want %t for:\n%s", got, found, tc.found, tc.src)
 			}
 		})
 	}

@@ -6,7 +6,6 @@
 package fakesystemd
 
 import (
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -225,9 +224,4 @@ func (m *Manager) Command(bin string, env []string, args ...string) *exec.Cmd {
 		cmd.ExtraFiles = files
 	}
 	return cmd
-}
-
-// String describes the store, for failure messages.
-func (m *Manager) String() string {
-	return fmt.Sprintf("fake systemd at %s, storing %v", m.path, m.Stored())
 }

@@ -180,15 +180,13 @@ type Harness struct {
 type made struct {
 	// mu guards the fields below.
 	mu       sync.Mutex
-	images   []string
 	networks int // networks made, for their interface names
 }
 
 // New returns a Harness for t (skipping t when there is no podman service, see
 // Socket), and registers a cleanup that removes every container, network,
-// volume and image the test made: containers labelled Label=Prefix() or
-// named Prefix()..., networks and volumes named Prefix()..., and images made
-// with Import. The first New of a test process also removes what test runs
+// and volume the test made: containers labelled Label=Prefix() or named
+// Prefix()..., networks and volumes named Prefix().... The first New of a test process also removes what test runs
 // that died before their cleanup left, once it is older than two hours.
 func New(t testing.TB) *Harness {
 	t.Helper()
@@ -364,21 +362,6 @@ func InterfaceName(prefix string, n int) string {
 	return fmt.Sprintf("mh%s%d", rnd, n)
 }
 
-// Import makes an image named ref from a tar of a root file system and
-// returns its name; cleanup removes it.
-func (h *Harness) Import(tarPath, ref string, changes ...string) string {
-	h.t.Helper()
-	args := []string{"import", "-q"}
-	for _, c := range changes {
-		args = append(args, "--change", c)
-	}
-	h.MustPodman(append(args, tarPath, ref)...)
-	h.mu.Lock()
-	h.images = append(h.images, ref)
-	h.mu.Unlock()
-	return ref
-}
-
 // Containers returns the IDs of the test's containers: labelled with its
 // prefix or named with it.
 func (h *Harness) Containers() ([]string, error) {
@@ -424,15 +407,6 @@ func (h *Harness) cleanup() {
 	mine := h.mine(vols)
 	if len(mine) > 0 {
 		if _, err := h.Podman(append([]string{"volume", "rm", "-f"}, mine...)...); err != nil {
-			h.t.Errorf("cleanup: %v", err)
-		}
-	}
-	h.mu.Lock()
-	images := h.images
-	h.images = nil
-	h.mu.Unlock()
-	if len(images) > 0 {
-		if _, err := h.Podman(append([]string{"rmi", "-f"}, images...)...); err != nil {
 			h.t.Errorf("cleanup: %v", err)
 		}
 	}
