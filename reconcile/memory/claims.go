@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -40,6 +41,7 @@ func claimsOf(r spec.Rendered) []claim {
 // holdLocked takes what c holds once running, or fails, taking nothing,
 // when another container holds any of it. mu must be held.
 func (m *Runtime) holdLocked(c *container) error {
+	syncs.AssertLocked(&m.mu)
 	claims := claimsOf(c.settings)
 	for _, cl := range claims {
 		holder, ok := m.held[cl]
@@ -64,6 +66,7 @@ func (m *Runtime) holdLocked(c *container) error {
 
 // releaseLocked gives up what c holds (it stopped). mu must be held.
 func (m *Runtime) releaseLocked(c *container) {
+	syncs.AssertLocked(&m.mu)
 	for _, cl := range claimsOf(c.settings) {
 		if m.held[cl] == c.id {
 			delete(m.held, cl)
