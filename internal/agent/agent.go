@@ -478,8 +478,11 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		// Once, after a start: the saved roster the resolver serves.
 		// Asked before there is a declaration too, so that the Source
 		// refuses a first one whose roster is older, or reuses its
-		// generation with other names.
-		a.readInForceLocked()
+		// generation with other names. A resolver that does not answer
+		// yet is asked again below, where the roster is needed.
+		if err := a.readInForceLocked(ctx); err != nil {
+			a.log.WarnContext(ctx, "the roster in force is unknown until the resolver answers", "err", err)
+		}
 	}
 	a.rosterMu.Unlock()
 	head, ok := a.cfg.Source.Head()
@@ -716,7 +719,9 @@ func (a *Agent) rosterInForceLocked(ctx context.Context, head declsource.Head) (
 		// the roster the resolver serves. Kept from then on, and changed
 		// in place, since rebuilding it from the resolver's table costs a
 		// pass as much as the rest for a large roster.
-		a.readInForceLocked()
+		if err := a.readInForceLocked(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := a.syncDeclaredLocked(head); err != nil {
 		return nil, nil, err
@@ -847,10 +852,32 @@ func (a *Agent) setInForceLocked(r *spec.Roster) {
 
 // readInForceLocked reads the roster in force from the resolver (costly:
 // after a start, or after the resolver refused a change).
-func (a *Agent) readInForceLocked() {
+//
+// A resolver in another process that does not answer leaves the roster in
+// force unknown (nil, and an error), not empty: compared with an empty
+// roster, a declared one that drops names would pass the roster guard,
+// and reach the resolver as a whole roster once it answers again.
+func (a *Agent) readInForceLocked(ctx context.Context) error {
 	syncs.AssertLocked(&a.rosterMu)
-	a.setInForceLocked(a.cfg.Resolver.Roster())
 	a.synced = false
+	if r, ok := a.cfg.Resolver.(rosterReader); ok {
+		served, err := r.RosterContext(ctx)
+		if err != nil {
+			a.setInForceLocked(nil)
+			return fmt.Errorf("reading the roster the resolver serves: %w", err)
+		}
+		a.setInForceLocked(served)
+		return nil
+	}
+	a.setInForceLocked(a.cfg.Resolver.Roster())
+	return nil
+}
+
+// rosterReader is a Resolver that can fail to say what it serves (the
+// resolver service, over its control socket), where Roster would answer
+// nil, which means "nothing yet".
+type rosterReader interface {
+	RosterContext(ctx context.Context) (*spec.Roster, error)
 }
 
 func (a *Agent) accepted() uint64 { return AcceptedRoster(a.cfg.State) }
