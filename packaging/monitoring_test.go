@@ -330,3 +330,32 @@ func scrapeUntil(t *testing.T, addr string, logs *syncbuf.Buffer, ready func(exp
 	t.Fatalf("http://%s/metrics not ready within 60 s (%v); the process's log:\n%s", addr, last, logs.String())
 	return nil
 }
+
+// TestReadmeListsEveryAlert: the README's table of alerts ("Alerts and
+// dashboard") has a row for each alert of the rules file, and none that
+// the file lacks, so on-call reads about every alert that can page them.
+func TestReadmeListsEveryAlert(t *testing.T) {
+	rules, err := os.ReadFile(filepath.Join("prometheus", "meshhost.rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inRules, inReadme []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*- alert: (\w+)\s*$`).FindAllSubmatch(rules, -1) {
+		inRules = append(inRules, string(m[1]))
+	}
+	for _, m := range regexp.MustCompile(`(?m)^\| (Meshhost\w+) \|`).FindAllSubmatch(readme, -1) {
+		inReadme = append(inReadme, string(m[1]))
+	}
+	slices.Sort(inRules)
+	slices.Sort(inReadme)
+	if len(inRules) == 0 {
+		t.Fatal("no alert found in meshhost.rules.yml")
+	}
+	if !slices.Equal(inRules, inReadme) {
+		t.Errorf("alerts in meshhost.rules.yml:\n  %v\nrows of README.md's alert table:\n  %v\nwant the same", inRules, inReadme)
+	}
+}
