@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/meshhost/meshhost/resolver/control"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -224,30 +226,43 @@ func TestFreeze(t *testing.T) {
 func newTextLogger(w *syncbuf.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
 // TestRefusedCountedByNetwork: the agent names the runtime's networks to
-// its resolver, so the refused-clients counter of each network exists, at 0,
-// from the first pass.
+// its resolver, embedded or a service of its own behind its control socket
+// (as the package runs it), so the refused-clients counter of each network
+// exists, at 0, from the first pass.
 func TestRefusedCountedByNetwork(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	srv, err := resolver.New(resolver.Config{Registerer: reg, Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	f := newFixture(t, true, func(c *Config) { c.Resolver = srv })
-	f.push(t, declaration(1, spec.FlagOn, 1, 3))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() == "meshhost_resolver_refused_total" {
-			for _, m := range mf.GetMetric() {
-				got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+	for _, service := range []bool{false, true} {
+		t.Run(map[bool]string{false: "embedded", true: "resolver-service"}[service], func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			srv, err := resolver.New(resolver.Config{Registerer: reg, Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	if v, ok := got["podman"]; !ok || v != 0 {
-		t.Errorf("meshhost_resolver_refused_total = %v, want podman (the runtime's network) at 0", got)
+			defer srv.Close()
+			f := newFixture(t, true, func(c *Config) {
+				c.Resolver = srv
+				if service {
+					sock := filepath.Join(t.TempDir(), "resolver.sock")
+					var svc controlService
+					svc.serve(t, sock, srv)
+					c.Resolver = control.NewClient(control.ClientConfig{Path: sock, Timeout: 5 * time.Second})
+				}
+			})
+			f.push(t, declaration(1, spec.FlagOn, 1, 3))
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]float64{}
+			for _, mf := range mfs {
+				if mf.GetName() == "meshhost_resolver_refused_total" {
+					for _, m := range mf.GetMetric() {
+						got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+					}
+				}
+			}
+			if v, ok := got["podman"]; !ok || v != 0 {
+				t.Errorf("meshhost_resolver_refused_total = %v, want podman (the runtime's network) at 0", got)
+			}
+		})
 	}
 }

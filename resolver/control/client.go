@@ -336,6 +336,24 @@ func (c *Client) SetAllow(p []netip.Prefix) {
 	c.putLocked()
 }
 
+// SetNetworks names the runtime's networks, so that the resolver counts
+// refused clients by network (as resolver.Server.SetNetworks); put only
+// when they changed. A failure is kept for Err.
+func (c *Client) SetNetworks(nets []resolver.Network) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	x := c.told
+	x.Networks = nil
+	for _, n := range nets {
+		x.Networks = append(x.Networks, Network{Name: n.Name, Prefixes: slices.Clone(n.Prefixes)})
+	}
+	if x = x.Normalize(); x.Equal(c.told) {
+		return
+	}
+	c.told = x
+	c.putLocked()
+}
+
 // SetLocalForward sets (or, with a zero server, removes) a local forward,
 // as resolver.Server.SetLocalForward does. A failure is kept for Err.
 func (c *Client) SetLocalForward(client netip.Prefix, zone string, server netip.AddrPort) {

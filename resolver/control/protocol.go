@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -21,6 +22,17 @@ type Exposure struct {
 	// Forwards send a client network's questions under a zone (and its
 	// single-label ones) to that network's own DNS server.
 	Forwards []Forward `json:"forwards"`
+	// Networks are the runtime's networks by name with their subnets, so
+	// that the resolver counts and logs refused clients by the network
+	// they come from (resolver.Server.SetNetworks). A client older than
+	// them sends none: refused clients are then counted as "unknown".
+	Networks []Network `json:"networks,omitempty"`
+}
+
+// Network is one runtime network a client may come from.
+type Network struct {
+	Name     string         `json:"name"`
+	Prefixes []netip.Prefix `json:"prefixes"`
 }
 
 // Forward is one local forward (resolver.Server.SetLocalForward).
@@ -72,6 +84,22 @@ func (x Exposure) Normalize() Exposure {
 	slices.SortFunc(out.Forwards, func(a, b Forward) int {
 		return cmp.Or(comparePrefix(a.Client, b.Client), strings.Compare(a.Zone, b.Zone))
 	})
+	for _, n := range x.Networks {
+		if n.Name == "" {
+			continue
+		}
+		nn := Network{Name: n.Name}
+		for _, p := range n.Prefixes {
+			if p.IsValid() {
+				nn.Prefixes = append(nn.Prefixes, p.Masked())
+			}
+		}
+		slices.SortFunc(nn.Prefixes, comparePrefix)
+		nn.Prefixes = slices.Compact(nn.Prefixes)
+		out.Networks = append(out.Networks, nn)
+	}
+	slices.SortStableFunc(out.Networks, func(a, b Network) int { return strings.Compare(a.Name, b.Name) })
+	out.Networks = slices.CompactFunc(out.Networks, func(a, b Network) bool { return a.Name == b.Name })
 	if out.Listen == nil {
 		out.Listen = []netip.AddrPort{}
 	}
@@ -87,16 +115,32 @@ func (x Exposure) Normalize() Exposure {
 // Equal reports whether x and y mean the same exposure.
 func (x Exposure) Equal(y Exposure) bool {
 	x, y = x.Normalize(), y.Normalize()
-	return slices.Equal(x.Listen, y.Listen) && slices.Equal(x.Allow, y.Allow) && slices.Equal(x.Forwards, y.Forwards)
+	return slices.Equal(x.Listen, y.Listen) && slices.Equal(x.Allow, y.Allow) && slices.Equal(x.Forwards, y.Forwards) &&
+		slices.EqualFunc(x.Networks, y.Networks, func(a, b Network) bool { return a.Name == b.Name && slices.Equal(a.Prefixes, b.Prefixes) })
+}
+
+// resolverNetworks is ns as the resolver takes them.
+func resolverNetworks(ns []Network) []resolver.Network {
+	out := make([]resolver.Network, 0, len(ns))
+	for _, n := range ns {
+		out = append(out, resolver.Network{Name: n.Name, Prefixes: slices.Clone(n.Prefixes)})
+	}
+	return out
 }
 
 // union returns the exposure serving what x and y serve; y's forwards win
 // over x's for the same client network and zone.
 func union(x, y Exposure) Exposure {
+	if len(y.Networks) == 0 {
+		y.Networks = x.Networks
+	}
 	return Exposure{
 		Listen:   append(slices.Clone(x.Listen), y.Listen...),
 		Allow:    append(slices.Clone(x.Allow), y.Allow...),
 		Forwards: append(slices.Clone(x.Forwards), y.Forwards...),
+		// The networks' names are a fact of the runtime, not something
+		// served: the latest told replace the ones inherited.
+		Networks: y.Networks,
 	}.Normalize()
 }
 

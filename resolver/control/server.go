@@ -139,6 +139,7 @@ func (s *Server) ApplyClients() {
 	for _, f := range s.exposure.Forwards {
 		s.cfg.Resolver.SetLocalForward(f.Client, f.Zone, f.Server)
 	}
+	s.cfg.Resolver.SetNetworks(resolverNetworks(s.exposure.Networks))
 }
 
 // Start applies the saved exposure: the resolver listens on every exposed
@@ -231,6 +232,7 @@ func (s *Server) applyLocked(x Exposure) ExposureResult {
 	for k := range old {
 		srv.SetLocalForward(k.client, k.zone, netip.AddrPort{})
 	}
+	srv.SetNetworks(resolverNetworks(x.Networks))
 	if !x.Equal(s.exposure) {
 		s.log.Info("exposure in force", "listen", x.Listen, "allow", x.Allow, "forwards", len(x.Forwards))
 	}
