@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -776,8 +775,10 @@ func (s *upSock) fail(err error) {
 	}
 }
 
-// matches reports whether resp answers q: same ID, a response, same
-// question (names compared case-insensitively).
+// matches reports whether resp answers q: same ID, a response, the same
+// question. The name's bytes are compared with ASCII letters folded (DNS
+// names are case-insensitive in ASCII only, RFC 4343; every other byte,
+// length octets included, must be equal), the type and class exactly.
 func matches(q, resp []byte) bool {
 	if len(resp) < headerLen || resp[0] != q[0] || resp[1] != q[1] || resp[2]&0x80 == 0 {
 		return false
@@ -787,5 +788,29 @@ func matches(q, resp []byte) bool {
 	if !ok1 {
 		return true // nothing to compare: the ID has to do
 	}
-	return ok2 && qe == re && strings.EqualFold(string(q[headerLen:qe]), string(resp[headerLen:re]))
+	if !ok2 || qe != re || resp[4] != q[4] || resp[5] != q[5] {
+		return false
+	}
+	return equalFoldASCII(q[headerLen:qe-4], resp[headerLen:re-4]) && string(q[qe-4:qe]) == string(resp[re-4:re])
+}
+
+// equalFoldASCII reports whether a and b are equal with ASCII letters
+// folded, byte by byte.
+func equalFoldASCII(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i, c := range a {
+		if d := b[i]; c != d && lowerASCII(c) != lowerASCII(d) {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }

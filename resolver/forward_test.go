@@ -680,3 +680,88 @@ func TestReplyToTCPDoesNotBlock(t *testing.T) {
 		t.Fatalf("first frame: length %d, %v; want 100", binary.BigEndian.Uint16(lb[:]), err)
 	}
 }
+
+// rawQuestion is a message with ID 0x1234 and one question: the wire name
+// of labels, qtype and qclass; a response when resp.
+func rawQuestion(labels [][]byte, qtype, qclass uint16, resp bool) []byte {
+	b := []byte{0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0}
+	if resp {
+		b[2] |= 0x80
+	}
+	for _, l := range labels {
+		b = append(b, byte(len(l)))
+		b = append(b, l...)
+	}
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint16(b, qtype)
+	return binary.BigEndian.AppendUint16(b, qclass)
+}
+
+// TestMatches: a reply is taken only when it repeats the query's question:
+// the name equal but for the case of ASCII letters, the type and class
+// exactly. Neighbours that a looser comparison (Unicode case folding,
+// folding every byte with 0x20) would take are refused.
+func TestMatches(t *testing.T) {
+	l := func(ss ...string) [][]byte {
+		out := make([][]byte, len(ss))
+		for i, s := range ss {
+			out[i] = []byte(s)
+		}
+		return out
+	}
+	www := l("www", "example")
+	type question struct {
+		labels        [][]byte
+		qtype, qclass uint16
+	}
+	for _, tc := range []struct {
+		name string
+		q, r question
+		want bool
+	}{
+		{"same question", question{www, 1, 1}, question{www, 1, 1}, true},
+		{"name in another case", question{l("WwW", "Example"), 1, 1}, question{www, 1, 1}, true},
+		{"Z and z", question{l("Z"), 1, 1}, question{l("z"), 1, 1}, true},
+		{"another name", question{www, 1, 1}, question{l("wwx", "example"), 1, 1}, false},
+		{"labels split elsewhere", question{l("ab", "c"), 1, 1}, question{l("a", "bc"), 1, 1}, false},
+		{"qtype HTTPS(65) answered as 97", question{www, 65, 1}, question{www, 97, 1}, false},
+		{"qtype SPF(99) answered as 67", question{www, 99, 1}, question{www, 67, 1}, false},
+		{"qtype A(1) answered as 33", question{www, 1, 1}, question{www, 33, 1}, false},
+		{"qtype 0x4101 answered as 0x6101", question{www, 0x4101, 1}, question{www, 0x6101, 1}, false},
+		{"qclass IN(1) answered as 33", question{www, 1, 1}, question{www, 1, 33}, false},
+		{"qclass 0x41 answered as 0x61", question{www, 1, 0x41}, question{www, 1, 0x61}, false},
+		{`label \200 answered as \201`, question{[][]byte{{0x80}}, 1, 1}, question{[][]byte{{0x81}}, 1, 1}, false},
+		{`label \377x answered as \376x`, question{[][]byte{{0xff, 'x'}}, 1, 1}, question{[][]byte{{0xfe, 'x'}}, 1, 1}, false},
+		{"é answered as É (UTF-8)", question{l("é"), 1, 1}, question{l("É"), 1, 1}, false},
+		{`Latin-1 \300 answered as \340`, question{[][]byte{{0xC0}}, 1, 1}, question{[][]byte{{0xE0}}, 1, 1}, false},
+		{"@ answered as `", question{l("@"), 1, 1}, question{l("`"), 1, 1}, false},
+		{"[ answered as {", question{l("a["), 1, 1}, question{l("a{"), 1, 1}, false},
+		{"K answered as the Kelvin sign", question{l("k"), 1, 1}, question{l("\u212a"), 1, 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := rawQuestion(tc.q.labels, tc.q.qtype, tc.q.qclass, false)
+			r := rawQuestion(tc.r.labels, tc.r.qtype, tc.r.qclass, true)
+			if got := matches(q, r); got != tc.want {
+				t.Errorf("matches(%x, %x) = %v, want %v", q, r, got, tc.want)
+			}
+		})
+	}
+	t.Run("header", func(t *testing.T) {
+		q := rawQuestion(www, 1, 1, false)
+		for _, tc := range []struct {
+			name string
+			mod  func(r []byte)
+		}{
+			{"another ID", func(r []byte) { r[1] ^= 1 }},
+			{"not a response", func(r []byte) { r[2] &^= 0x80 }},
+			{"two questions", func(r []byte) { r[5] = 2 }},
+			{"no question", func(r []byte) { r[5] = 0 }},
+		} {
+			r := rawQuestion(www, 1, 1, true)
+			tc.mod(r)
+			if matches(q, r) {
+				t.Errorf("%s: matches(%x, %x) = true, want false", tc.name, q, r)
+			}
+		}
+	})
+}
