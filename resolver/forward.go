@@ -285,21 +285,42 @@ func (a *attempt) expire() {
 	a.p.try()
 }
 
-var errTimeout = errors.New("no answer in time")
+var (
+	errTimeout  = errors.New("no answer in time")
+	errServFail = errors.New("answered SERVFAIL")
+	errRefused  = errors.New("answered REFUSED")
+)
+
+// rcodeFailure is the failure an upstream's reply b reports, nil when b is
+// an answer. An upstream that answers SERVFAIL or REFUSED is skipped like
+// one that does not answer: one that fails every question (it lost its
+// own upstreams, or refuses us) must not be asked first forever.
+func rcodeFailure(b []byte) error {
+	switch b[3] & 0x0F {
+	case rcodeServFail:
+		return errServFail
+	case rcodeRefused:
+		return errRefused
+	}
+	return nil
+}
 
 // reply takes the upstream's answer b (valid until reply returns).
 func (a *attempt) reply(b []byte) {
 	p := a.p
 	p.s.metrics.latency.Observe(time.Since(a.start).Seconds())
-	a.up.succeeded()
-	switch rc := b[3] & 0x0F; {
+	failure := rcodeFailure(b)
+	switch {
 	case b[2]&0x02 != 0: // TC: ask again over TCP
+		a.up.succeeded()
 		trunc := bytes.Clone(b)
 		go p.overTCP(a.up, trunc)
-	case rc == rcodeServFail || rc == rcodeRefused:
+	case failure != nil:
+		p.s.fwd.failed(a.up.addr, failure)
 		p.fallback = bytes.Clone(b) // another upstream may do better
 		p.try()
 	default:
+		a.up.succeeded()
 		p.finish(b)
 	}
 }
@@ -315,7 +336,8 @@ func (p *pending) overTCP(u *upstream, trunc []byte) {
 		p.finish(trunc)
 		return
 	}
-	if rc := resp[3] & 0x0F; rc == rcodeServFail || rc == rcodeRefused {
+	if failure := rcodeFailure(resp); failure != nil {
+		p.s.fwd.failed(u.addr, failure)
 		p.fallback = resp
 		p.try()
 		return

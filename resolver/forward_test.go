@@ -16,6 +16,7 @@ import (
 
 	"codeberg.org/miekg/dns"
 	"codeberg.org/miekg/dns/rdata"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // seenQuery is what a raw upstream saw of one query.
@@ -347,12 +348,7 @@ func TestCacheServer(t *testing.T) {
 func TestForwardFailover(t *testing.T) {
 	silent := startRawUpstream(t, func(*rawUpstream, *dns.Msg, netip.AddrPort) {})
 	good := startRawUpstream(t, answerA)
-	servfail := startRawUpstream(t, func(u *rawUpstream, q *dns.Msg, from netip.AddrPort) {
-		r := new(dns.Msg)
-		r.ID, r.Response, r.Rcode, r.Question = q.ID, true, dns.RcodeServerFailure, q.Question
-		r.Pack()
-		u.conn.WriteToUDPAddrPort(r.Data, from)
-	})
+	servfail := startRcodeUpstream(t, dns.RcodeServerFailure)
 	closed := dnstestClosedPort(t)
 
 	t.Run("silent then good", func(t *testing.T) {
@@ -389,6 +385,41 @@ func TestForwardFailover(t *testing.T) {
 		if got := firstA(askAWithin(t, addr, "y.example.com.", 20*time.Second)); got != "192.0.2.10" {
 			t.Errorf("%q, want the second upstream's answer after the first's SERVFAIL", got)
 		}
+	})
+	// An upstream that fails every question with SERVFAIL or REFUSED is
+	// skipped like a silent one, not asked first for every question.
+	for _, rc := range []struct {
+		name  string
+		rcode uint16
+	}{{"SERVFAIL", dns.RcodeServerFailure}, {"REFUSED", dns.RcodeRefused}} {
+		t.Run(rc.name+" upstream skipped", func(t *testing.T) {
+			failing := startRcodeUpstream(t, rc.rcode)
+			s, addr := newTestServer(t, testRoster(7), Config{Upstreams: []netip.AddrPort{failing.addr, good.addr}, CacheSize: -1, UpstreamTimeout: 5 * time.Second})
+			s.fwd.downFor.Store(int64(time.Hour)) // however slow the machine, still skipped at the 10th query
+			failures := testutil.ToFloat64(s.metrics.upstreamFailures)
+			for i := range 10 {
+				if got := firstA(askAWithin(t, addr, fmt.Sprintf("%s%d.example.com.", strings.ToLower(rc.name), i), 20*time.Second)); got != "192.0.2.10" {
+					t.Fatalf("query %d: %q, want the second upstream's answer", i, got)
+				}
+			}
+			if n := len(failing.queries()); n != 1 {
+				t.Errorf("the %s-only upstream was asked %d times in 10 queries, want 1 (then skipped)", rc.name, n)
+			}
+			if got := testutil.ToFloat64(s.metrics.upstreamFailures) - failures; got != 1 {
+				t.Errorf("upstream failures counted: %v, want 1", got)
+			}
+		})
+	}
+}
+
+// startRcodeUpstream is a raw upstream that answers every question with
+// rcode and no records.
+func startRcodeUpstream(t *testing.T, rcode uint16) *rawUpstream {
+	return startRawUpstream(t, func(u *rawUpstream, q *dns.Msg, from netip.AddrPort) {
+		r := new(dns.Msg)
+		r.ID, r.Response, r.Rcode, r.Question = q.ID, true, rcode, q.Question
+		r.Pack()
+		u.conn.WriteToUDPAddrPort(r.Data, from)
 	})
 }
 
