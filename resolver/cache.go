@@ -108,6 +108,14 @@ func (c *cache) answer(key, req []byte, q *query, buf []byte, limit int, now tim
 	if !ok || e.qend != q.qend {
 		return nil, false
 	}
+	return e.serve(req, q, buf, limit, now), true
+}
+
+// serve writes e as the reply to a query for its question (the same qend)
+// into buf (or a new slice when it does not fit), fitted to limit: the
+// query's ID, RD bit and question in its case, e's TTLs lowered by its
+// age, and the server's own OPT record when the query has EDNS.
+func (e *cached) serve(req []byte, q *query, buf []byte, limit int, now time.Time) []byte {
 	size := len(e.msg)
 	if q.edns {
 		size += 11
@@ -131,19 +139,24 @@ func (c *cache) answer(key, req []byte, q *query, buf []byte, limit int, now tim
 		binary.BigEndian.PutUint16(b[10:], binary.BigEndian.Uint16(b[10:])+1)
 		putOPT(b[len(e.msg):], q.do)
 	}
-	return fit(b, limit), true
+	return fit(b, limit)
 }
 
 // store keeps resp, the final reply to the query with key, when it may be
 // kept and mesh (which reports whether a lowercase wire name is the
 // roster's) says the name is not the mesh's. resp must answer the question
-// of key (the caller matched it). mesh is asked under the cache's lock, so
-// a store cannot slip in between a roster swap and dropMesh.
+// of key (the caller matched it).
 func (c *cache) store(key, resp []byte, now time.Time, mesh func(name []byte) bool) {
-	e, ok := c.entry(resp, now)
-	if !ok {
-		return
+	if e, keep := c.entry(resp, now); keep {
+		c.put(key, e, mesh)
 	}
+}
+
+// put keeps e, an entry to be kept (entry said so), as the answer to the
+// query with key, unless mesh says its name is the mesh's. mesh is asked
+// under the cache's lock, so a put cannot slip in between a roster swap
+// and dropMesh.
+func (c *cache) put(key []byte, e *cached, mesh func(name []byte) bool) {
 	e.key = bytes.Clone(key)
 	h := maphash.Bytes(c.seed, key)
 	c.mu.Lock()
@@ -198,14 +211,27 @@ func (c *cache) len() int {
 	return c.lru.Len()
 }
 
-// entry makes the cache entry of resp, or reports false when resp is not
-// to be kept.
+// entry makes the cache entry of resp, with the cache's caps on TTLs; see
+// makeEntry.
 func (c *cache) entry(resp []byte, now time.Time) (*cached, bool) {
-	if len(resp) < headerLen || resp[2]&0x02 != 0 { // TC
+	return makeEntry(resp, now, c.maxTTL, c.maxNeg)
+}
+
+// makeEntry makes the entry of resp, every TTL capped by maxTTL (negative
+// answers' by maxNeg), and reports whether it is to be cached. An entry
+// not to be cached still answers the identical questions that waited for
+// resp (forward.go's joiners): a TTL of 0, a negative answer without an
+// SOA and a reply over maxCachedReply are kept whole; a truncated reply
+// and one with another rcode than NOERROR, NXDOMAIN and SERVFAIL become
+// their header and question (SERVFAIL too, which is cached). It returns
+// nil for a reply it cannot take apart (one it cannot walk, an OPT record
+// that is not the last or has an extended RCODE).
+func makeEntry(resp []byte, now time.Time, maxTTL, maxNeg uint32) (*cached, bool) {
+	if len(resp) < headerLen {
 		return nil, false
 	}
 	rcode := resp[3] & 0x0F
-	if rcode == rcodeServFail {
+	if truncated := resp[2]&0x02 != 0; truncated || rcode != rcodeSuccess && rcode != rcodeNXDomain {
 		qend, ok := questionEnd(resp)
 		if !ok {
 			return nil, false
@@ -214,10 +240,7 @@ func (c *cache) entry(resp []byte, now time.Time) (*cached, bool) {
 		msg[0], msg[1] = 0, 0
 		binary.BigEndian.PutUint16(msg[4:], 1)
 		clear(msg[6:headerLen])
-		return &cached{msg: msg, qend: qend, stored: now, expires: now.Add(servFailTTL * time.Second)}, true
-	}
-	if rcode != rcodeSuccess && rcode != rcodeNXDomain {
-		return nil, false
+		return &cached{msg: msg, qend: qend, stored: now, expires: now.Add(servFailTTL * time.Second)}, rcode == rcodeServFail && !truncated
 	}
 	rrs, qend, ok := walkReply(resp)
 	if !ok {
@@ -227,7 +250,7 @@ func (c *cache) entry(resp []byte, now time.Time) (*cached, bool) {
 	negative := rcode == rcodeNXDomain || an == 0
 	end := len(resp)
 	arcount := binary.BigEndian.Uint16(resp[10:])
-	ttl := c.maxTTL
+	ttl := maxTTL
 	soa := false
 	e := &cached{qend: qend, stored: now}
 	for i, rr := range rrs {
@@ -240,18 +263,16 @@ func (c *cache) entry(resp []byte, now time.Time) (*cached, bool) {
 			end, arcount = rr.start, arcount-1
 			continue
 		}
-		t := min(binary.BigEndian.Uint32(resp[rr.ttl:]), c.maxTTL)
+		t := min(binary.BigEndian.Uint32(resp[rr.ttl:]), maxTTL)
 		if negative && rr.section == 1 && rr.typ == typeSOA && rr.end-rr.rdata >= 20 {
 			// RFC 2308 §5: the SOA's TTL, at most its MINIMUM.
-			t = min(t, binary.BigEndian.Uint32(resp[rr.end-4:]), c.maxNeg)
+			t = min(t, binary.BigEndian.Uint32(resp[rr.end-4:]), maxNeg)
 			soa = true
 		}
 		ttl = min(ttl, t)
 		e.ttls = append(e.ttls, uint16(rr.ttl))
 	}
-	if (negative && !soa) || ttl == 0 || end > maxCachedReply {
-		return nil, false
-	}
+	keep := !(negative && !soa) && ttl != 0 && end <= maxCachedReply
 	e.msg = bytes.Clone(resp[:end])
 	e.msg[0], e.msg[1] = 0, 0
 	binary.BigEndian.PutUint16(e.msg[10:], arcount)
@@ -259,14 +280,14 @@ func (c *cache) entry(resp []byte, now time.Time) (*cached, bool) {
 		if rr.typ == typeOPT {
 			continue
 		}
-		t := min(binary.BigEndian.Uint32(resp[rr.ttl:]), c.maxTTL)
+		t := min(binary.BigEndian.Uint32(resp[rr.ttl:]), maxTTL)
 		if negative && rr.typ == typeSOA && rr.section == 1 {
 			t = min(t, ttl)
 		}
 		binary.BigEndian.PutUint32(e.msg[rr.ttl:], t)
 	}
 	e.expires = now.Add(time.Duration(ttl) * time.Second)
-	return e, true
+	return e, keep
 }
 
 // rrPos is where one resource record of a message lies.

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
@@ -28,8 +29,9 @@ import (
 // port among the live ones and a random 16-bit ID, and a socket's port is
 // not open for long. A reply is taken only when its ID belongs to a query in
 // flight on that socket and it repeats that query's question; anything else
-// (a late reply, a spoof) is dropped and the query keeps waiting. With the
-// cache on, identical questions in flight together go upstream once (join),
+// (a late reply, a spoof) is dropped and the query keeps waiting.
+// Identical questions in flight together go upstream once (join), however
+// many they are, each answered from the reply to the first (cached or not),
 // so many copies of one question cannot multiply an attacker's chances.
 //
 // Many queries share a socket, told apart by their IDs; one goroutine per
@@ -90,7 +92,7 @@ type forwardJob struct {
 	limit   int              // largest reply the client takes
 	qtype   uint16
 	opt     int    // offset of the query's OPT record, -1 when unknown
-	key     []byte // the cache key; nil: the answer is not cached
+	key     []byte // the cache key, which joins identical questions; nil: neither joined nor cached
 	query   query  // the fast path's reading of req (no qname), with key
 	local   bool   // targets are a network-local server, not the upstreams
 }
@@ -106,7 +108,7 @@ func (s *Server) startForward(job *forwardJob, to replyTo) {
 	}
 	s.wg.Add(1)
 	p := &pending{forwardJob: job, s: s, to: to}
-	if job.key != nil && s.cache != nil && s.fwd.join(p) {
+	if job.key != nil && s.fwd.join(p) {
 		return // answered when the same question in flight is
 	}
 	p.start()
@@ -120,50 +122,61 @@ func (p *pending) start() {
 	p.try()
 }
 
-// maxJoiners bounds the questions waiting on one identical question in
-// flight; more are forwarded on their own.
-const maxJoiners = 64
-
 // join makes p wait for an identical question (same cache key) already in
 // flight, reporting true; or, when there is none, makes p the one the next
 // identical questions wait for. An upstream is asked each question once
 // at a time: it saves the upstream work, and an off-path attacker cannot
 // raise its odds by having many identical queries in flight (the birthday
-// attack on DNS).
+// attack on DNS). There is no bound on the questions waiting: each counts
+// against the bound on questions in flight (startForward).
 func (f *forwarder) join(p *pending) bool {
 	k := string(p.key)
 	f.joinMu.Lock()
 	defer f.joinMu.Unlock()
-	first := f.joining[k]
-	switch {
-	case first == nil:
-		f.joining[k] = p
-		p.leads = true
-	case len(first.joiners) < maxJoiners:
+	if first := f.joining[k]; first != nil {
 		first.joiners = append(first.joiners, p)
 		return true
 	}
+	f.joining[k] = p
+	p.leads = true
 	return false
 }
 
-// answerJoiners answers the questions that waited for p, from the cache p's
-// answer went into; those it cannot answer (an answer not kept) are
-// forwarded on their own.
-func (p *pending) answerJoiners() {
+// answerJoiners answers the questions that waited for p from e, the entry
+// of p's reply (cached or not). When e is nil (a reply that cannot be
+// taken apart) they go upstream, but still one at a time: the first is
+// forwarded and the others wait for it, or they wait for an identical
+// question that went upstream since.
+func (p *pending) answerJoiners(e *cached, now time.Time) {
 	f := p.s.fwd
+	k := string(p.key)
 	f.joinMu.Lock()
-	if k := string(p.key); f.joining[k] == p {
+	if f.joining[k] == p {
 		delete(f.joining, k)
 	}
 	joiners := p.joiners
 	p.joiners = nil
+	var lead *pending
+	if e == nil && len(joiners) > 0 {
+		if cur := f.joining[k]; cur != nil {
+			cur.joiners = append(cur.joiners, joiners...)
+		} else {
+			lead = joiners[0]
+			lead.leads, lead.joiners = true, slices.Clone(joiners[1:])
+			f.joining[k] = lead
+		}
+		joiners = nil
+	}
 	f.joinMu.Unlock()
+	if lead != nil {
+		lead.start()
+	}
 	for _, j := range joiners {
-		resp, ok := p.s.cache.answer(j.key, j.req, &j.query, nil, j.limit, time.Now())
-		if !ok {
+		if e.qend != j.query.qend { // cannot be: the same key is the same question
 			j.start()
 			continue
 		}
+		resp := e.serve(j.req, &j.query, nil, j.limit, now)
 		p.s.metrics.count(j.qtype, resp[3]&0x0F)
 		j.to.send(resp)
 		j.done()
@@ -236,14 +249,24 @@ func (p *pending) finish(resp []byte) {
 		resp = servFail(p.req)
 	}
 	resp[0], resp[1] = p.req[0], p.req[1]
-	if p.key != nil && s.cache != nil {
-		s.cache.store(p.key, resp, time.Now(), s.isMeshName)
+	now := time.Now()
+	var e *cached // the reply for the cache and the questions that waited
+	if p.key != nil {
+		var keep bool
+		if s.cache != nil {
+			e, keep = s.cache.entry(resp, now)
+		} else {
+			e, _ = makeEntry(resp, now, math.MaxUint32, math.MaxUint32)
+		}
+		if keep {
+			s.cache.put(p.key, e, s.isMeshName)
+		}
 	}
 	out := fit(resp, p.limit)
 	s.metrics.count(p.qtype, out[3]&0x0F)
 	p.to.send(out)
 	if p.leads {
-		p.answerJoiners()
+		p.answerJoiners(e, now)
 	}
 	p.done()
 }

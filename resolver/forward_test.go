@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -70,11 +71,14 @@ func (u *rawUpstream) queries() []seenQuery {
 }
 
 // reply answers q with one A record of addr.
-func reply(q *dns.Msg, addr string) []byte {
+func reply(q *dns.Msg, addr string) []byte { return replyTTL(q, addr, 60) }
+
+// replyTTL answers q with one A record of addr with that TTL.
+func replyTTL(q *dns.Msg, addr string, ttl uint32) []byte {
 	r := new(dns.Msg)
 	r.ID, r.Response, r.RecursionAvailable, r.RecursionDesired = q.ID, true, true, q.RecursionDesired
 	r.Question = q.Question
-	r.Answer = []dns.RR{&dns.A{Hdr: dns.Header{Name: q.Question[0].Header().Name, Class: dns.ClassINET, TTL: 60}, A: rdata.A{Addr: netip.MustParseAddr(addr)}}}
+	r.Answer = []dns.RR{&dns.A{Hdr: dns.Header{Name: q.Question[0].Header().Name, Class: dns.ClassINET, TTL: ttl}, A: rdata.A{Addr: netip.MustParseAddr(addr)}}}
 	if r.Pack() != nil {
 		panic("packing a reply")
 	}
@@ -660,6 +664,139 @@ func TestForwardCoalesces(t *testing.T) {
 	}
 	if got := len(up.queries()); got != 1 {
 		t.Errorf("upstream asked %d times for one question asked %d times together, want 1", got, n)
+	}
+}
+
+// together sends n queries for name, with IDs 0 to n-1, spread over a few
+// client sockets (so that no socket's receive buffer overflows when the
+// answers come at once), and returns a function that reads the n replies,
+// raw, by ID.
+func together(t *testing.T, server netip.AddrPort, n int, name string) func() map[uint16][]byte {
+	t.Helper()
+	const sockets = 20
+	var cs []net.Conn
+	for range sockets {
+		c, err := net.Dial("udp", server.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cs = append(cs, c)
+	}
+	for i := range n {
+		m := dns.NewMsg(name, dns.TypeA)
+		m.ID = uint16(i)
+		if err := m.Pack(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs[i%sockets].Write(m.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func() map[uint16][]byte {
+		t.Helper()
+		got := map[uint16][]byte{}
+		for i, c := range cs {
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			buf := make([]byte, 4096)
+			for range (n - i + sockets - 1) / sockets { // the queries sent on c
+				nr, err := c.Read(buf)
+				if err != nil {
+					t.Fatalf("%d of %d answered: %v", len(got), n, err)
+				}
+				got[binary.BigEndian.Uint16(buf)] = bytes.Clone(buf[:nr])
+			}
+		}
+		return got
+	}
+}
+
+// TestForwardCoalescesMany: however many identical questions are in
+// flight together, the upstream is asked once, and each is answered from
+// its reply: with the cache on, for an answer the cache does not keep (TTL
+// 0), and with the cache off.
+func TestForwardCoalescesMany(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cache int
+		ttl   uint32
+	}{
+		{"cached answer", 0, 60},
+		{"answer not cached (TTL 0)", 0, 0},
+		{"cache off", -1, 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(free)
+			up := startRawUpstream(t, func(u *rawUpstream, q *dns.Msg, from netip.AddrPort) {
+				go func() {
+					<-release
+					u.conn.WriteToUDPAddrPort(replyTTL(q, "192.0.2.10", tc.ttl), from)
+				}()
+			})
+			s, addr := newTestServer(t, testRoster(7), Config{Upstreams: []netip.AddrPort{up.addr}, CacheSize: tc.cache, UpstreamTimeout: time.Minute})
+			const n = 300
+			read := together(t, addr, n, "victim.example.com.")
+			waitFor(t, func() bool { return s.inflight.Load() == n && len(up.queries()) > 0 }, "all questions in flight")
+			free()
+			got := read()
+			if len(got) != n {
+				t.Errorf("%d distinct IDs answered, want %d", len(got), n)
+			}
+			for id, b := range got {
+				m := unpack(t, b)
+				if a := firstA(m); a != "192.0.2.10" || len(m.Answer) != 1 || m.Answer[0].Header().TTL != tc.ttl {
+					t.Errorf("reply %d: %v, want 192.0.2.10 with TTL %d", id, m.Answer, tc.ttl)
+				}
+			}
+			if got := len(up.queries()); got != 1 {
+				t.Errorf("upstream asked %d times for one question asked %d times together, want 1", got, n)
+			}
+		})
+	}
+}
+
+// TestForwardCoalescesUnreadable: when the reply to a question others wait
+// for cannot be taken apart to answer them (here a byte after its last
+// record), they go upstream, but one at a time, never all at once.
+func TestForwardCoalescesUnreadable(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	var mu sync.Mutex // guards the two below
+	outstanding, most := 0, 0
+	up := startRawUpstream(t, func(u *rawUpstream, q *dns.Msg, from netip.AddrPort) {
+		mu.Lock()
+		outstanding++
+		most = max(most, outstanding)
+		mu.Unlock()
+		go func() {
+			<-release
+			time.Sleep(50 * time.Millisecond) // room for others to arrive, were they sent at once
+			mu.Lock()
+			outstanding--
+			mu.Unlock()
+			u.conn.WriteToUDPAddrPort(append(reply(q, "192.0.2.10"), 0), from)
+		}()
+	})
+	s, addr := newTestServer(t, testRoster(7), Config{Upstreams: []netip.AddrPort{up.addr}, UpstreamTimeout: time.Minute})
+	const n = 5
+	read := together(t, addr, n, "odd.example.com.")
+	waitFor(t, func() bool { return s.inflight.Load() == n && len(up.queries()) > 0 }, "all questions in flight")
+	free()
+	got := read()
+	for id := range uint16(n) {
+		if b := got[id]; len(b) < headerLen || b[2]&0x80 == 0 {
+			t.Errorf("query %d: reply %x, want a response", id, b)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 1 {
+		t.Errorf("up to %d identical questions were upstream at once, want 1", most)
 	}
 }
 
