@@ -142,22 +142,31 @@ func (f *forwarder) join(p *pending) bool {
 	return false
 }
 
+// takeJoiners ends p's turn as the question identical ones wait for, and
+// returns those that waited.
+func (p *pending) takeJoiners() []*pending {
+	f := p.s.fwd
+	f.joinMu.Lock()
+	defer f.joinMu.Unlock()
+	if k := string(p.key); f.joining[k] == p {
+		delete(f.joining, k)
+	}
+	joiners := p.joiners
+	p.joiners = nil
+	return joiners
+}
+
 // answerJoiners answers the questions that waited for p from e, the entry
 // of p's reply (cached or not). When e is nil (a reply that cannot be
 // taken apart) they go upstream, but still one at a time: the first is
 // forwarded and the others wait for it, or they wait for an identical
 // question that went upstream since.
-func (p *pending) answerJoiners(e *cached, now time.Time) {
-	f := p.s.fwd
-	k := string(p.key)
-	f.joinMu.Lock()
-	if f.joining[k] == p {
-		delete(f.joining, k)
-	}
-	joiners := p.joiners
-	p.joiners = nil
-	var lead *pending
-	if e == nil && len(joiners) > 0 {
+func (p *pending) answerJoiners(joiners []*pending, e *cached, now time.Time) {
+	if e == nil {
+		f := p.s.fwd
+		k := string(p.key)
+		var lead *pending
+		f.joinMu.Lock()
 		if cur := f.joining[k]; cur != nil {
 			cur.joiners = append(cur.joiners, joiners...)
 		} else {
@@ -165,11 +174,11 @@ func (p *pending) answerJoiners(e *cached, now time.Time) {
 			lead.leads, lead.joiners = true, slices.Clone(joiners[1:])
 			f.joining[k] = lead
 		}
-		joiners = nil
-	}
-	f.joinMu.Unlock()
-	if lead != nil {
-		lead.start()
+		f.joinMu.Unlock()
+		if lead != nil {
+			lead.start()
+		}
+		return
 	}
 	for _, j := range joiners {
 		if e.qend != j.query.qend { // cannot be: the same key is the same question
@@ -251,22 +260,27 @@ func (p *pending) finish(resp []byte) {
 	resp[0], resp[1] = p.req[0], p.req[1]
 	now := time.Now()
 	var e *cached // the reply for the cache and the questions that waited
-	if p.key != nil {
+	if p.key != nil && s.cache != nil {
 		var keep bool
-		if s.cache != nil {
-			e, keep = s.cache.entry(resp, now)
-		} else {
-			e, _ = makeEntry(resp, now, math.MaxUint32, math.MaxUint32)
-		}
+		e, keep = s.cache.entry(resp, now)
 		if keep {
 			s.cache.put(p.key, e, s.isMeshName)
 		}
 	}
-	out := fit(resp, p.limit)
+	var joiners []*pending
+	if p.leads {
+		// Taken after the answer is cached, so that an identical question
+		// arriving meanwhile finds one or the other.
+		joiners = p.takeJoiners()
+		if len(joiners) > 0 && s.cache == nil {
+			e, _ = makeEntry(resp, now, math.MaxUint32, math.MaxUint32)
+		}
+	}
+	out := fit(resp, p.limit) // after the entry: fit cuts resp in place
 	s.metrics.count(p.qtype, out[3]&0x0F)
 	p.to.send(out)
-	if p.leads {
-		p.answerJoiners(e, now)
+	if len(joiners) > 0 {
+		p.answerJoiners(joiners, e, now)
 	}
 	p.done()
 }
