@@ -251,11 +251,15 @@ func (p *pending) try() {
 }
 
 // finish answers the client with resp (a reply from upstream, ours to
-// change) or, when nil, SERVFAIL; and caches it when it may.
+// change) or, when nil, SERVFAIL; and caches it when it may. What resp
+// says about the mesh is taken out first (unmesh.go).
 func (p *pending) finish(resp []byte) {
 	s := p.s
+	cacheable := true
 	if resp == nil {
 		resp = servFail(p.req)
+	} else {
+		resp, cacheable = s.unmesh(s.table.Load(), p.req, resp)
 	}
 	resp[0], resp[1] = p.req[0], p.req[1]
 	now := time.Now()
@@ -263,7 +267,7 @@ func (p *pending) finish(resp []byte) {
 	if p.key != nil && s.cache != nil {
 		var keep bool
 		e, keep = s.cache.entry(resp, now)
-		if keep {
+		if keep && cacheable {
 			s.cache.put(p.key, e, s.isMeshName)
 		}
 	}
