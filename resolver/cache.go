@@ -68,7 +68,36 @@ type cache struct {
 	lru *simplelru.LRU[uint64, *cached]
 	// byName holds the entries of lru by the hash of each name they
 	// depend on (their names); kept by put and lru's eviction callback.
-	byName map[uint64][]*cached
+	byName map[uint64]entrySet
+}
+
+// entrySet is the entries of one name: most names have one, kept inline.
+type entrySet struct {
+	one  *cached
+	more []*cached
+}
+
+// without returns s less e.
+func (s entrySet) without(e *cached) entrySet {
+	if s.one == e {
+		if n := len(s.more); n > 0 {
+			s.one, s.more[n-1], s.more = s.more[n-1], nil, s.more[:n-1]
+		} else {
+			s.one = nil
+		}
+	} else if i := slices.Index(s.more, e); i >= 0 {
+		n := len(s.more)
+		s.more[i], s.more[n-1], s.more = s.more[n-1], nil, s.more[:n-1]
+	}
+	return s
+}
+
+// all returns the entries of s, in a slice of their own.
+func (s entrySet) all() []*cached {
+	if s.one == nil {
+		return nil
+	}
+	return append([]*cached{s.one}, s.more...)
 }
 
 // cached is one reply; immutable once stored.
@@ -83,7 +112,7 @@ type cached struct {
 }
 
 func newCache(size int, maxTTL, maxNeg time.Duration) *cache {
-	c := &cache{seed: maphash.MakeSeed(), maxTTL: seconds(maxTTL), maxNeg: seconds(min(maxNeg, maxTTL)), byName: map[uint64][]*cached{}}
+	c := &cache{seed: maphash.MakeSeed(), maxTTL: seconds(maxTTL), maxNeg: seconds(min(maxNeg, maxTTL)), byName: map[uint64]entrySet{}}
 	l, err := simplelru.NewLRU(size, func(_ uint64, e *cached) { c.unindexLocked(e) })
 	if err != nil { // only for a size <= 0, which New never passes
 		panic(err)
@@ -190,7 +219,13 @@ func (c *cache) put(key []byte, e *cached, mesh func(name []byte) bool) {
 	evicted := c.lru.Add(h, e)
 	for n := range e.names() {
 		nh := maphash.Bytes(c.seed, n)
-		c.byName[nh] = append(c.byName[nh], e)
+		set := c.byName[nh]
+		if set.one == nil {
+			set.one = e
+		} else {
+			set.more = append(set.more, e)
+		}
+		c.byName[nh] = set
 	}
 	c.mu.Unlock()
 	if evicted {
@@ -203,16 +238,10 @@ func (c *cache) unindexLocked(e *cached) {
 	syncs.AssertLocked(&c.mu)
 	for n := range e.names() {
 		nh := maphash.Bytes(c.seed, n)
-		list := c.byName[nh]
-		if i := slices.Index(list, e); i >= 0 {
-			list[i] = list[len(list)-1]
-			list[len(list)-1] = nil
-			list = list[:len(list)-1]
-		}
-		if len(list) == 0 {
+		if set := c.byName[nh].without(e); set.one == nil {
 			delete(c.byName, nh)
 		} else {
-			c.byName[nh] = list
+			c.byName[nh] = set
 		}
 	}
 }
@@ -258,7 +287,7 @@ func (c *cache) dropNames(names [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range names {
-		for _, e := range slices.Clone(c.byName[maphash.Bytes(c.seed, n)]) {
+		for _, e := range c.byName[maphash.Bytes(c.seed, n)].all() {
 			c.removeLocked(e)
 		}
 	}

@@ -299,8 +299,8 @@ func checkIndex(t *testing.T, c *cache) {
 		}
 	}
 	got := map[uint64][]string{}
-	for h, es := range c.byName {
-		for _, e := range es {
+	for h, set := range c.byName {
+		for _, e := range set.all() {
 			got[h] = append(got[h], string(e.key))
 		}
 	}
