@@ -77,7 +77,12 @@ func scanMesh(t *table, resp []byte) (meshScan, bool) {
 	if !ok {
 		return sc, false
 	}
-	chain, links := qname, 0 // the name the chain has reached
+	// The name the chain has reached; a question for the CNAME itself is
+	// answered by the first one, whatever it leads to.
+	chain, links := qname, 0
+	if binary.BigEndian.Uint16(resp[qend-4:]) == typeCNAME {
+		links = cnameChainMax
+	}
 	counts := [3]int{int(binary.BigEndian.Uint16(resp[6:])), int(binary.BigEndian.Uint16(resp[8:])), int(binary.BigEndian.Uint16(resp[10:]))}
 	total := counts[0] + counts[1] + counts[2]
 	off, i := qend, 0
@@ -160,18 +165,15 @@ func (s *Server) rewriteMesh(t *table, resp []byte, sc meshScan) []byte {
 		m.Answer = drop(m.Answer, 0)
 		m.Ns, m.Extra = nil, drop(m.Extra, na+nns)
 		// The roster's answer for the target, as the slow path gives it.
-		h, found, zi := t.lookup(sc.target)
-		if qtype := dns.RRToType(m.Question[0]); qtype != dns.TypeCNAME {
-			if found {
-				roster := new(dns.Msg)
-				s.answerName(t, roster, h, zi, cname.CNAME.Target, qtype)
-				m.Answer = append(m.Answer, roster.Answer...)
-				m.Ns = roster.Ns
-				m.Rcode = dns.RcodeSuccess
-			} else {
-				m.Ns = []dns.RR{s.soaRR(t, &t.zones[zi-1])}
-				m.Rcode = dns.RcodeNameError
-			}
+		if h, found, zi := t.lookup(sc.target); found {
+			roster := new(dns.Msg)
+			s.answerName(t, roster, h, zi, cname.CNAME.Target, dns.RRToType(m.Question[0]))
+			m.Answer = append(m.Answer, roster.Answer...)
+			m.Ns = roster.Ns
+			m.Rcode = dns.RcodeSuccess
+		} else {
+			m.Ns = []dns.RR{s.soaRR(t, &t.zones[zi-1])}
+			m.Rcode = dns.RcodeNameError
 		}
 		m.AuthenticatedData = false // the roster's part is not the upstream's to vouch for
 	} else {

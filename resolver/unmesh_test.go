@@ -116,6 +116,13 @@ func TestForwardNeverAnswersForTheMesh(t *testing.T) {
 			},
 		},
 		{
+			name:   "a question for the CNAME itself: answered by the CNAME, not cached (it names the mesh)",
+			qtype:  dns.TypeCNAME,
+			up:     upReply{answer: []dns.RR{cnameRR("Q.example.com.", "gitea.novox.internal.")}, ns: []dns.RR{nsRR("example.com.", "ns.example.com.")}},
+			answer: []string{"Q.example.com. 300 IN CNAME gitea.novox.internal."},
+			ns:     []string{"example.com. 300 IN NS ns.example.com."},
+		},
+		{
 			name:  "a chain through an outside name to a routed name outside the zones",
 			qtype: dns.TypeA,
 			up: upReply{answer: []dns.RR{
