@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"codeberg.org/miekg/dns"
+
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
@@ -263,30 +265,64 @@ func settle(s *Server) {
 // background, and the log is folded into the roster file now and then:
 // ns/op, B/op and cpu-µs/op include that background work, spread over the
 // deltas that caused it. cpu-µs/op is the process's CPU time (every
-// goroutine) per delta.
+// goroutine) per delta. "cache=empty" has the cache of outside names on
+// and empty; "cache=full" has it full (DefaultCacheSize answers), as on a
+// machine that forwards: a swap must not cost the cache's size.
 func BenchmarkRosterDelta100k(b *testing.B) {
-	s, err := New(safeConfig(b, Config{StatePath: filepath.Join(b.TempDir(), "roster.json")}))
-	if err != nil {
-		b.Fatal(err)
+	for _, bc := range []struct {
+		name   string
+		cached int
+	}{
+		{"cache=empty", 0},
+		{"cache=full", DefaultCacheSize},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			s, err := New(safeConfig(b, Config{StatePath: filepath.Join(b.TempDir(), "roster.json")}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Update(benchRoster(100000, 1)); err != nil {
+				b.Fatal(err)
+			}
+			fillCache(b, s, bc.cached)
+			gen := uint64(1)
+			b.ReportAllocs()
+			cpu := cpuTime(b)
+			for b.Loop() {
+				gen++
+				d := &spec.RosterDelta{From: gen - 1, To: gen, Set: map[string][]netip.Addr{
+					fmt.Sprintf("moved%d.mesh.internal", gen): {netip.AddrFrom4([4]byte{10, 200, byte(gen >> 8), byte(gen)})},
+				}}
+				if err := s.Apply(d); err != nil {
+					b.Fatal(err)
+				}
+			}
+			settle(s)
+			b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+			if got := s.cache.len(); got != bc.cached {
+				b.Errorf("the cache holds %d answers after the deltas, want the %d it held", got, bc.cached)
+			}
+		})
 	}
-	defer s.Close()
-	if err := s.Update(benchRoster(100000, 1)); err != nil {
-		b.Fatal(err)
-	}
-	gen := uint64(1)
-	b.ReportAllocs()
-	cpu := cpuTime(b)
-	for b.Loop() {
-		gen++
-		d := &spec.RosterDelta{From: gen - 1, To: gen, Set: map[string][]netip.Addr{
-			fmt.Sprintf("moved%d.mesh.internal", gen): {netip.AddrFrom4([4]byte{10, 200, byte(gen >> 8), byte(gen)})},
-		}}
-		if err := s.Apply(d); err != nil {
-			b.Fatal(err)
+}
+
+// fillCache stores n answers for outside names in s's cache, as forwarded
+// replies are stored.
+func fillCache(tb testing.TB, s *Server, n int) {
+	tb.Helper()
+	for i := range n {
+		name := fmt.Sprintf("h%d.example.com.", i)
+		req := packQuery(tb, name, dns.TypeA, false)
+		var sc scratch
+		if !parseQuery(req, &sc) {
+			tb.Fatalf("query for %s does not parse", name)
 		}
+		s.cache.store(cacheKey(req, &sc), cacheReply(tb, name, dns.RcodeSuccess, []dns.RR{aRR(name, 3600, "192.0.2.1")}, nil, false), time.Now(), s.isMeshName)
 	}
-	settle(s)
-	b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	if got := s.cache.len(); got != n {
+		tb.Fatalf("the cache holds %d answers, want %d", got, n)
+	}
 }
 
 // BenchmarkRosterFull100k puts in force a whole roster of 100,000 names

@@ -1,14 +1,23 @@
 package resolver
 
 import (
+	"fmt"
+	"hash/maphash"
+	"maps"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"codeberg.org/miekg/dns"
 	"codeberg.org/miekg/dns/rdata"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meshhost/meshhost/spec"
 )
 
 // cacheReply builds an upstream reply to name/qtype: rcode, answer records
@@ -274,4 +283,208 @@ func FuzzCacheEntry(f *testing.F) {
 			t.Fatalf("cached reply does not parse: %v\nupstream %x\nserved %x", err, resp, out)
 		}
 	})
+}
+
+// checkIndex fails unless c.byName holds exactly the entries of c.lru,
+// each under every name it depends on.
+func checkIndex(t *testing.T, c *cache) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := map[uint64][]string{}
+	for _, e := range c.lru.Values() {
+		for n := range e.names() {
+			h := maphash.Bytes(c.seed, n)
+			want[h] = append(want[h], string(e.key))
+		}
+	}
+	got := map[uint64][]string{}
+	for h, set := range c.byName {
+		for _, e := range set.all() {
+			got[h] = append(got[h], string(e.key))
+		}
+	}
+	if diff := cmp.Diff(want, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("cache index (-want +got):\n%s", diff)
+	}
+}
+
+// cachedNames is the question names of c's entries, sorted.
+func cachedNames(c *cache) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, e := range c.lru.Values() {
+		out = append(out, presentName(e.name()))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestCacheDropNames: dropping a name removes every entry that depends on
+// it (its own answers, answers whose records it owns, answers whose CNAME
+// leads to it) and no other; the index follows every store, replacement,
+// eviction, expiry and flush.
+func TestCacheDropNames(t *testing.T) {
+	c := testCache(t, 5, time.Hour, time.Minute)
+	store := func(name string, answer, extra []dns.RR) {
+		t.Helper()
+		m := dns.NewMsg(name, dns.TypeA)
+		m.ID, m.Response = 0x4242, true
+		m.Answer, m.Extra = answer, extra
+		if err := m.Pack(); err != nil {
+			t.Fatal(err)
+		}
+		cacheStore(t, c, name, m.Data)
+	}
+	store("a.example.com.", []dns.RR{aRR("a.example.com.", 60, "192.0.2.1")}, nil)
+	store("alias.example.com.", []dns.RR{cnameRR("alias.example.com.", "A.example.com."), aRR("A.example.com.", 60, "192.0.2.1")}, nil)
+	store("dangling.example.com.", []dns.RR{cnameRR("dangling.example.com.", "a.example.com.")}, nil)
+	store("glue.example.com.", []dns.RR{aRR("glue.example.com.", 60, "192.0.2.2")}, []dns.RR{aRR("a.example.com.", 60, "192.0.2.1")})
+	store("other.example.com.", []dns.RR{cnameRR("other.example.com.", "cdn.example.net."), aRR("cdn.example.net.", 60, "192.0.2.3")}, nil)
+	checkIndex(t, c)
+	if diff := cmp.Diff([]string{"a.example.com", "alias.example.com", "dangling.example.com", "glue.example.com", "other.example.com"}, cachedNames(c)); diff != "" {
+		t.Fatalf("cached (-want +got):\n%s", diff)
+	}
+	c.dropNames([][]byte{[]byte("\x01a\x07example\x03com\x00"), []byte("\x07unknown\x03net\x00")})
+	if diff := cmp.Diff([]string{"other.example.com"}, cachedNames(c)); diff != "" {
+		t.Errorf("after dropping a.example.com (-want +got):\n%s", diff)
+	}
+	checkIndex(t, c)
+	c.dropNames([][]byte{[]byte("\x03cdn\x07example\x03net\x00")})
+	if got := cachedNames(c); len(got) != 0 {
+		t.Errorf("after dropping cdn.example.net, the CNAME target: %v cached, want none", got)
+	}
+	checkIndex(t, c)
+
+	// Replacement, eviction (size 5), expiry and flush keep the index.
+	store("r.example.com.", []dns.RR{cnameRR("r.example.com.", "old.example.net."), aRR("old.example.net.", 60, "192.0.2.4")}, nil)
+	store("r.example.com.", []dns.RR{aRR("r.example.com.", 60, "192.0.2.5")}, nil)
+	checkIndex(t, c)
+	for i := range 8 {
+		n := fmt.Sprintf("e%d.example.com.", i)
+		store(n, []dns.RR{cnameRR(n, "shared.example.net."), aRR("shared.example.net.", 60, "192.0.2.6")}, nil)
+	}
+	checkIndex(t, c)
+	store("short.example.com.", []dns.RR{aRR("short.example.com.", 1, "192.0.2.7")}, nil)
+	req := packQuery(t, "short.example.com.", dns.TypeA, false)
+	var sc scratch
+	parseQuery(req, &sc)
+	if _, ok := c.answer(cacheKey(req, &sc), req, &sc.q, nil, 65535, time.Now().Add(2*time.Second)); ok {
+		t.Errorf("short.example.com served after its TTL")
+	}
+	checkIndex(t, c)
+	c.flush()
+	checkIndex(t, c)
+	if len(c.byName) != 0 {
+		t.Errorf("index after flush: %d names, want none", len(c.byName))
+	}
+}
+
+// TestCacheRefusesMeshDependents: an answer is not stored when a name it
+// depends on, not only its question's, is the mesh's at that moment.
+func TestCacheRefusesMeshDependents(t *testing.T) {
+	c := testCache(t, 10, time.Hour, time.Minute)
+	mesh := func(n []byte) bool { return string(n) == "\x05gitea\x05novox\x08internal\x00" }
+	m := dns.NewMsg("q.example.com.", dns.TypeA)
+	m.ID, m.Response = 0x4242, true
+	m.Answer = []dns.RR{cnameRR("q.example.com.", "gitea.novox.internal.")}
+	if err := m.Pack(); err != nil {
+		t.Fatal(err)
+	}
+	req := packQuery(t, "q.example.com.", dns.TypeA, false)
+	var sc scratch
+	parseQuery(req, &sc)
+	c.store(cacheKey(req, &sc), m.Data, time.Now(), mesh)
+	if n := c.len(); n != 0 {
+		t.Errorf("an answer whose CNAME leads into the mesh was cached (%d entries)", n)
+	}
+}
+
+// TestCacheRosterSwap: a roster swap removes from the cache the outside
+// answers it makes wrong, and keeps every other: a delta, the answers that
+// depend on the names it sets (their own, and those whose CNAME leads to
+// them); a delta that adds a zone, the answers for names in it; a delta
+// that removes a name, none.
+func TestCacheRosterSwap(t *testing.T) {
+	up := startRawUpstream(t, func(u *rawUpstream, q *dns.Msg, from netip.AddrPort) {
+		if strings.EqualFold(q.Question[0].Header().Name, "via.example.com.") {
+			r := new(dns.Msg)
+			r.ID, r.Response, r.RecursionDesired = q.ID, true, q.RecursionDesired
+			r.Question = q.Question
+			r.Answer = []dns.RR{cnameRR("via.example.com.", "later.zurag.be."), aRR("later.zurag.be.", 300, "192.0.2.20")}
+			r.Pack()
+			u.conn.WriteToUDPAddrPort(r.Data, from)
+			return
+		}
+		answerA(u, q, from)
+	})
+	asked := func(name string) int {
+		n := 0
+		for _, q := range up.queries() {
+			if q.name == name {
+				n++
+			}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name  string
+		delta func(gen uint64) *spec.RosterDelta
+		// answers after the swap, and the names asked upstream again
+		want  map[string]string
+		again []string
+	}{
+		{
+			name: "a delta sets a cached name",
+			delta: func(gen uint64) *spec.RosterDelta {
+				return &spec.RosterDelta{From: gen, To: gen + 1, Set: map[string][]netip.Addr{"later.zurag.be": {netip.MustParseAddr("100.64.0.50")}}}
+			},
+			want:  map[string]string{"later.zurag.be.": "100.64.0.50", "via.example.com.": "100.64.0.50", "x.newzone.test.": "192.0.2.10", "kept.example.com.": "192.0.2.10"},
+			again: []string{"via.example.com."},
+		},
+		{
+			name: "a delta adds a zone",
+			delta: func(gen uint64) *spec.RosterDelta {
+				return &spec.RosterDelta{From: gen, To: gen + 1, Zones: []string{"internal", "newzone.test"}, Set: map[string][]netip.Addr{"x.newzone.test": {netip.MustParseAddr("10.99.0.1")}}}
+			},
+			want: map[string]string{"later.zurag.be.": "192.0.2.10", "via.example.com.": "192.0.2.20", "x.newzone.test.": "10.99.0.1", "kept.example.com.": "192.0.2.10"},
+		},
+		{
+			name: "a delta removes a name",
+			delta: func(gen uint64) *spec.RosterDelta {
+				return &spec.RosterDelta{From: gen, To: gen + 1, Remove: []string{"gitea.novox.internal"}}
+			},
+			want: map[string]string{"later.zurag.be.": "192.0.2.10", "via.example.com.": "192.0.2.20", "x.newzone.test.": "192.0.2.10", "kept.example.com.": "192.0.2.10"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, addr := newTestServer(t, testRoster(7), Config{Upstreams: []netip.AddrPort{up.addr}})
+			names := slices.Sorted(maps.Keys(tc.want))
+			before := map[string]int{}
+			for _, n := range names {
+				askA(t, addr, n)
+				before[n] = asked(n)
+			}
+			if err := s.Apply(tc.delta(7)); err != nil {
+				t.Fatal(err)
+			}
+			checkCacheHoldsNoMeshName(t, s)
+			checkIndex(t, s.cache)
+			got := map[string]string{}
+			var again []string
+			for _, n := range names {
+				got[n] = firstA(askA(t, addr, n))
+				if asked(n) != before[n] {
+					again = append(again, n)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("answers after the swap (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.again, again); diff != "" {
+				t.Errorf("asked upstream again after the swap (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

@@ -7,11 +7,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,8 +29,9 @@ import (
 // port among the live ones and a random 16-bit ID, and a socket's port is
 // not open for long. A reply is taken only when its ID belongs to a query in
 // flight on that socket and it repeats that query's question; anything else
-// (a late reply, a spoof) is dropped and the query keeps waiting. With the
-// cache on, identical questions in flight together go upstream once (join),
+// (a late reply, a spoof) is dropped and the query keeps waiting.
+// Identical questions in flight together go upstream once (join), however
+// many they are, each answered from the reply to the first (cached or not),
 // so many copies of one question cannot multiply an attacker's chances.
 //
 // Many queries share a socket, told apart by their IDs; one goroutine per
@@ -91,7 +92,7 @@ type forwardJob struct {
 	limit   int              // largest reply the client takes
 	qtype   uint16
 	opt     int    // offset of the query's OPT record, -1 when unknown
-	key     []byte // the cache key; nil: the answer is not cached
+	key     []byte // the cache key, which joins identical questions; nil: neither joined nor cached
 	query   query  // the fast path's reading of req (no qname), with key
 	local   bool   // targets are a network-local server, not the upstreams
 }
@@ -107,7 +108,7 @@ func (s *Server) startForward(job *forwardJob, to replyTo) {
 	}
 	s.wg.Add(1)
 	p := &pending{forwardJob: job, s: s, to: to}
-	if job.key != nil && s.cache != nil && s.fwd.join(p) {
+	if job.key != nil && s.fwd.join(p) {
 		return // answered when the same question in flight is
 	}
 	p.start()
@@ -121,50 +122,70 @@ func (p *pending) start() {
 	p.try()
 }
 
-// maxJoiners bounds the questions waiting on one identical question in
-// flight; more are forwarded on their own.
-const maxJoiners = 64
-
 // join makes p wait for an identical question (same cache key) already in
 // flight, reporting true; or, when there is none, makes p the one the next
 // identical questions wait for. An upstream is asked each question once
 // at a time: it saves the upstream work, and an off-path attacker cannot
 // raise its odds by having many identical queries in flight (the birthday
-// attack on DNS).
+// attack on DNS). There is no bound on the questions waiting: each counts
+// against the bound on questions in flight (startForward).
 func (f *forwarder) join(p *pending) bool {
 	k := string(p.key)
 	f.joinMu.Lock()
 	defer f.joinMu.Unlock()
-	first := f.joining[k]
-	switch {
-	case first == nil:
-		f.joining[k] = p
-		p.leads = true
-	case len(first.joiners) < maxJoiners:
+	if first := f.joining[k]; first != nil {
 		first.joiners = append(first.joiners, p)
 		return true
 	}
+	f.joining[k] = p
+	p.leads = true
 	return false
 }
 
-// answerJoiners answers the questions that waited for p, from the cache p's
-// answer went into; those it cannot answer (an answer not kept) are
-// forwarded on their own.
-func (p *pending) answerJoiners() {
+// takeJoiners ends p's turn as the question identical ones wait for, and
+// returns those that waited.
+func (p *pending) takeJoiners() []*pending {
 	f := p.s.fwd
 	f.joinMu.Lock()
+	defer f.joinMu.Unlock()
 	if k := string(p.key); f.joining[k] == p {
 		delete(f.joining, k)
 	}
 	joiners := p.joiners
 	p.joiners = nil
-	f.joinMu.Unlock()
+	return joiners
+}
+
+// answerJoiners answers the questions that waited for p from e, the entry
+// of p's reply (cached or not). When e is nil (a reply that cannot be
+// taken apart) they go upstream, but still one at a time: the first is
+// forwarded and the others wait for it, or they wait for an identical
+// question that went upstream since.
+func (p *pending) answerJoiners(joiners []*pending, e *cached, now time.Time) {
+	if e == nil {
+		f := p.s.fwd
+		k := string(p.key)
+		var lead *pending
+		f.joinMu.Lock()
+		if cur := f.joining[k]; cur != nil {
+			cur.joiners = append(cur.joiners, joiners...)
+		} else {
+			lead = joiners[0]
+			lead.leads, lead.joiners = true, slices.Clone(joiners[1:])
+			f.joining[k] = lead
+		}
+		f.joinMu.Unlock()
+		if lead != nil {
+			lead.start()
+		}
+		return
+	}
 	for _, j := range joiners {
-		resp, ok := p.s.cache.answer(j.key, j.req, &j.query, nil, j.limit, time.Now())
-		if !ok {
+		if e.qend != j.query.qend { // cannot be: the same key is the same question
 			j.start()
 			continue
 		}
+		resp := e.serve(j.req, &j.query, nil, j.limit, now)
 		p.s.metrics.count(j.qtype, resp[3]&0x0F)
 		j.to.send(resp)
 		j.done()
@@ -230,21 +251,40 @@ func (p *pending) try() {
 }
 
 // finish answers the client with resp (a reply from upstream, ours to
-// change) or, when nil, SERVFAIL; and caches it when it may.
+// change) or, when nil, SERVFAIL; and caches it when it may. What resp
+// says about the mesh is taken out first (unmesh.go).
 func (p *pending) finish(resp []byte) {
 	s := p.s
+	cacheable := true
 	if resp == nil {
 		resp = servFail(p.req)
+	} else {
+		resp, cacheable = s.unmesh(s.table.Load(), p.req, resp)
 	}
 	resp[0], resp[1] = p.req[0], p.req[1]
+	now := time.Now()
+	var e *cached // the reply for the cache and the questions that waited
 	if p.key != nil && s.cache != nil {
-		s.cache.store(p.key, resp, time.Now(), s.isMeshName)
+		var keep bool
+		e, keep = s.cache.entry(resp, now)
+		if keep && cacheable {
+			s.cache.put(p.key, e, s.isMeshName)
+		}
 	}
-	out := fit(resp, p.limit)
+	var joiners []*pending
+	if p.leads {
+		// Taken after the answer is cached, so that an identical question
+		// arriving meanwhile finds one or the other.
+		joiners = p.takeJoiners()
+		if len(joiners) > 0 && s.cache == nil {
+			e, _ = makeEntry(resp, now, math.MaxUint32, math.MaxUint32)
+		}
+	}
+	out := fit(resp, p.limit) // after the entry: fit cuts resp in place
 	s.metrics.count(p.qtype, out[3]&0x0F)
 	p.to.send(out)
-	if p.leads {
-		p.answerJoiners()
+	if len(joiners) > 0 {
+		p.answerJoiners(joiners, e, now)
 	}
 	p.done()
 }
@@ -286,21 +326,42 @@ func (a *attempt) expire() {
 	a.p.try()
 }
 
-var errTimeout = errors.New("no answer in time")
+var (
+	errTimeout  = errors.New("no answer in time")
+	errServFail = errors.New("answered SERVFAIL")
+	errRefused  = errors.New("answered REFUSED")
+)
+
+// rcodeFailure is the failure an upstream's reply b reports, nil when b is
+// an answer. An upstream that answers SERVFAIL or REFUSED is skipped like
+// one that does not answer: one that fails every question (it lost its
+// own upstreams, or refuses us) must not be asked first forever.
+func rcodeFailure(b []byte) error {
+	switch b[3] & 0x0F {
+	case rcodeServFail:
+		return errServFail
+	case rcodeRefused:
+		return errRefused
+	}
+	return nil
+}
 
 // reply takes the upstream's answer b (valid until reply returns).
 func (a *attempt) reply(b []byte) {
 	p := a.p
 	p.s.metrics.latency.Observe(time.Since(a.start).Seconds())
-	a.up.succeeded()
-	switch rc := b[3] & 0x0F; {
+	failure := rcodeFailure(b)
+	switch {
 	case b[2]&0x02 != 0: // TC: ask again over TCP
+		a.up.succeeded()
 		trunc := bytes.Clone(b)
 		go p.overTCP(a.up, trunc)
-	case rc == rcodeServFail || rc == rcodeRefused:
+	case failure != nil:
+		p.s.fwd.failed(a.up.addr, failure)
 		p.fallback = bytes.Clone(b) // another upstream may do better
 		p.try()
 	default:
+		a.up.succeeded()
 		p.finish(b)
 	}
 }
@@ -316,7 +377,8 @@ func (p *pending) overTCP(u *upstream, trunc []byte) {
 		p.finish(trunc)
 		return
 	}
-	if rc := resp[3] & 0x0F; rc == rcodeServFail || rc == rcodeRefused {
+	if failure := rcodeFailure(resp); failure != nil {
+		p.s.fwd.failed(u.addr, failure)
 		p.fallback = resp
 		p.try()
 		return
@@ -776,8 +838,10 @@ func (s *upSock) fail(err error) {
 	}
 }
 
-// matches reports whether resp answers q: same ID, a response, same
-// question (names compared case-insensitively).
+// matches reports whether resp answers q: same ID, a response, the same
+// question. The name's bytes are compared with ASCII letters folded (DNS
+// names are case-insensitive in ASCII only, RFC 4343; every other byte,
+// length octets included, must be equal), the type and class exactly.
 func matches(q, resp []byte) bool {
 	if len(resp) < headerLen || resp[0] != q[0] || resp[1] != q[1] || resp[2]&0x80 == 0 {
 		return false
@@ -787,5 +851,29 @@ func matches(q, resp []byte) bool {
 	if !ok1 {
 		return true // nothing to compare: the ID has to do
 	}
-	return ok2 && qe == re && strings.EqualFold(string(q[headerLen:qe]), string(resp[headerLen:re]))
+	if !ok2 || qe != re || resp[4] != q[4] || resp[5] != q[5] {
+		return false
+	}
+	return equalFoldASCII(q[headerLen:qe-4], resp[headerLen:re-4]) && string(q[qe-4:qe]) == string(resp[re-4:re])
+}
+
+// equalFoldASCII reports whether a and b are equal with ASCII letters
+// folded, byte by byte.
+func equalFoldASCII(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i, c := range a {
+		if d := b[i]; c != d && lowerASCII(c) != lowerASCII(d) {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }

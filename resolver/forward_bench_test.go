@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -8,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"codeberg.org/miekg/dns"
 )
 
 // fastUpstream is a loopback upstream cheap enough not to be what a
@@ -148,6 +151,46 @@ func BenchmarkForward(b *testing.B) {
 				b.Fatalf("%d of %d queries answered", got, b.N)
 			}
 			b.ReportMetric(float64(up.queries.Load())/float64(b.N+200), "upstream/op")
+		})
+	}
+}
+
+// BenchmarkCacheStore is what a forwarded miss costs the cache: storing
+// the answer of a new name in a full cache (DefaultCacheSize answers),
+// which evicts the oldest. "cname" answers are a CNAME and the target's
+// address, so they depend on two names.
+func BenchmarkCacheStore(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		cname bool
+	}{{"a", false}, {"cname", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := testCache(b, DefaultCacheSize, DefaultCacheMaxTTL, DefaultCacheMaxNegativeTTL)
+			n := 2 * DefaultCacheSize
+			keys, replies := make([][]byte, n), make([][]byte, n)
+			for i := range n {
+				name := fmt.Sprintf("h%d.example.com.", i)
+				req := packQuery(b, name, dns.TypeA, false)
+				var sc scratch
+				if !parseQuery(req, &sc) {
+					b.Fatalf("query for %s does not parse", name)
+				}
+				keys[i] = bytes.Clone(cacheKey(req, &sc))
+				answer := []dns.RR{aRR(name, 3600, "192.0.2.1")}
+				if bc.cname {
+					target := fmt.Sprintf("h%d.cdn.example.net.", i)
+					answer = []dns.RR{cnameRR(name, target), aRR(target, 3600, "192.0.2.1")}
+				}
+				replies[i] = cacheReply(b, name, dns.RcodeSuccess, answer, nil, false)
+			}
+			now := time.Now()
+			for i := range DefaultCacheSize {
+				c.store(keys[i], replies[i], now, notMesh)
+			}
+			b.ReportAllocs()
+			for i := DefaultCacheSize; b.Loop(); i++ {
+				c.store(keys[i%n], replies[i%n], now, notMesh)
+			}
 		})
 	}
 }

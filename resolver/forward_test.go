@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"codeberg.org/miekg/dns"
 	"codeberg.org/miekg/dns/rdata"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // seenQuery is what a raw upstream saw of one query.
@@ -69,11 +71,14 @@ func (u *rawUpstream) queries() []seenQuery {
 }
 
 // reply answers q with one A record of addr.
-func reply(q *dns.Msg, addr string) []byte {
+func reply(q *dns.Msg, addr string) []byte { return replyTTL(q, addr, 60) }
+
+// replyTTL answers q with one A record of addr with that TTL.
+func replyTTL(q *dns.Msg, addr string, ttl uint32) []byte {
 	r := new(dns.Msg)
 	r.ID, r.Response, r.RecursionAvailable, r.RecursionDesired = q.ID, true, true, q.RecursionDesired
 	r.Question = q.Question
-	r.Answer = []dns.RR{&dns.A{Hdr: dns.Header{Name: q.Question[0].Header().Name, Class: dns.ClassINET, TTL: 60}, A: rdata.A{Addr: netip.MustParseAddr(addr)}}}
+	r.Answer = []dns.RR{&dns.A{Hdr: dns.Header{Name: q.Question[0].Header().Name, Class: dns.ClassINET, TTL: ttl}, A: rdata.A{Addr: netip.MustParseAddr(addr)}}}
 	if r.Pack() != nil {
 		panic("packing a reply")
 	}
@@ -244,15 +249,18 @@ func TestForwardSpoofedReplies(t *testing.T) {
 	checkCacheHoldsNoMeshName(t, s)
 }
 
-// checkCacheHoldsNoMeshName fails when an entry of s's cache is a name of
-// the roster being served, or in one of its zones.
+// checkCacheHoldsNoMeshName fails when an entry of s's cache is for a
+// name of the roster being served or in one of its zones, or depends on
+// one (its records' owners, its CNAME targets).
 func checkCacheHoldsNoMeshName(t *testing.T, s *Server) {
 	t.Helper()
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
 	for _, e := range s.cache.lru.Values() {
-		if name := e.name(); s.isMeshName(name) {
-			t.Errorf("the cache holds mesh name %q", name)
+		for name := range e.names() {
+			if s.isMeshName(name) {
+				t.Errorf("the cache's entry for %q depends on mesh name %q", e.name(), name)
+			}
 		}
 	}
 }
@@ -347,12 +355,7 @@ func TestCacheServer(t *testing.T) {
 func TestForwardFailover(t *testing.T) {
 	silent := startRawUpstream(t, func(*rawUpstream, *dns.Msg, netip.AddrPort) {})
 	good := startRawUpstream(t, answerA)
-	servfail := startRawUpstream(t, func(u *rawUpstream, q *dns.Msg, from netip.AddrPort) {
-		r := new(dns.Msg)
-		r.ID, r.Response, r.Rcode, r.Question = q.ID, true, dns.RcodeServerFailure, q.Question
-		r.Pack()
-		u.conn.WriteToUDPAddrPort(r.Data, from)
-	})
+	servfail := startRcodeUpstream(t, dns.RcodeServerFailure)
 	closed := dnstestClosedPort(t)
 
 	t.Run("silent then good", func(t *testing.T) {
@@ -389,6 +392,41 @@ func TestForwardFailover(t *testing.T) {
 		if got := firstA(askAWithin(t, addr, "y.example.com.", 20*time.Second)); got != "192.0.2.10" {
 			t.Errorf("%q, want the second upstream's answer after the first's SERVFAIL", got)
 		}
+	})
+	// An upstream that fails every question with SERVFAIL or REFUSED is
+	// skipped like a silent one, not asked first for every question.
+	for _, rc := range []struct {
+		name  string
+		rcode uint16
+	}{{"SERVFAIL", dns.RcodeServerFailure}, {"REFUSED", dns.RcodeRefused}} {
+		t.Run(rc.name+" upstream skipped", func(t *testing.T) {
+			failing := startRcodeUpstream(t, rc.rcode)
+			s, addr := newTestServer(t, testRoster(7), Config{Upstreams: []netip.AddrPort{failing.addr, good.addr}, CacheSize: -1, UpstreamTimeout: 5 * time.Second})
+			s.fwd.downFor.Store(int64(time.Hour)) // however slow the machine, still skipped at the 10th query
+			failures := testutil.ToFloat64(s.metrics.upstreamFailures)
+			for i := range 10 {
+				if got := firstA(askAWithin(t, addr, fmt.Sprintf("%s%d.example.com.", strings.ToLower(rc.name), i), 20*time.Second)); got != "192.0.2.10" {
+					t.Fatalf("query %d: %q, want the second upstream's answer", i, got)
+				}
+			}
+			if n := len(failing.queries()); n != 1 {
+				t.Errorf("the %s-only upstream was asked %d times in 10 queries, want 1 (then skipped)", rc.name, n)
+			}
+			if got := testutil.ToFloat64(s.metrics.upstreamFailures) - failures; got != 1 {
+				t.Errorf("upstream failures counted: %v, want 1", got)
+			}
+		})
+	}
+}
+
+// startRcodeUpstream is a raw upstream that answers every question with
+// rcode and no records.
+func startRcodeUpstream(t *testing.T, rcode uint16) *rawUpstream {
+	return startRawUpstream(t, func(u *rawUpstream, q *dns.Msg, from netip.AddrPort) {
+		r := new(dns.Msg)
+		r.ID, r.Response, r.Rcode, r.Question = q.ID, true, rcode, q.Question
+		r.Pack()
+		u.conn.WriteToUDPAddrPort(r.Data, from)
 	})
 }
 
@@ -632,6 +670,139 @@ func TestForwardCoalesces(t *testing.T) {
 	}
 }
 
+// together sends n queries for name, with IDs 0 to n-1, spread over a few
+// client sockets (so that no socket's receive buffer overflows when the
+// answers come at once), and returns a function that reads the n replies,
+// raw, by ID.
+func together(t *testing.T, server netip.AddrPort, n int, name string) func() map[uint16][]byte {
+	t.Helper()
+	const sockets = 20
+	var cs []net.Conn
+	for range sockets {
+		c, err := net.Dial("udp", server.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cs = append(cs, c)
+	}
+	for i := range n {
+		m := dns.NewMsg(name, dns.TypeA)
+		m.ID = uint16(i)
+		if err := m.Pack(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs[i%sockets].Write(m.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func() map[uint16][]byte {
+		t.Helper()
+		got := map[uint16][]byte{}
+		for i, c := range cs {
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			buf := make([]byte, 4096)
+			for range (n - i + sockets - 1) / sockets { // the queries sent on c
+				nr, err := c.Read(buf)
+				if err != nil {
+					t.Fatalf("%d of %d answered: %v", len(got), n, err)
+				}
+				got[binary.BigEndian.Uint16(buf)] = bytes.Clone(buf[:nr])
+			}
+		}
+		return got
+	}
+}
+
+// TestForwardCoalescesMany: however many identical questions are in
+// flight together, the upstream is asked once, and each is answered from
+// its reply: with the cache on, for an answer the cache does not keep (TTL
+// 0), and with the cache off.
+func TestForwardCoalescesMany(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cache int
+		ttl   uint32
+	}{
+		{"cached answer", 0, 60},
+		{"answer not cached (TTL 0)", 0, 0},
+		{"cache off", -1, 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(free)
+			up := startRawUpstream(t, func(u *rawUpstream, q *dns.Msg, from netip.AddrPort) {
+				go func() {
+					<-release
+					u.conn.WriteToUDPAddrPort(replyTTL(q, "192.0.2.10", tc.ttl), from)
+				}()
+			})
+			s, addr := newTestServer(t, testRoster(7), Config{Upstreams: []netip.AddrPort{up.addr}, CacheSize: tc.cache, UpstreamTimeout: time.Minute})
+			const n = 300
+			read := together(t, addr, n, "victim.example.com.")
+			waitFor(t, func() bool { return s.inflight.Load() == n && len(up.queries()) > 0 }, "all questions in flight")
+			free()
+			got := read()
+			if len(got) != n {
+				t.Errorf("%d distinct IDs answered, want %d", len(got), n)
+			}
+			for id, b := range got {
+				m := unpack(t, b)
+				if a := firstA(m); a != "192.0.2.10" || len(m.Answer) != 1 || m.Answer[0].Header().TTL != tc.ttl {
+					t.Errorf("reply %d: %v, want 192.0.2.10 with TTL %d", id, m.Answer, tc.ttl)
+				}
+			}
+			if got := len(up.queries()); got != 1 {
+				t.Errorf("upstream asked %d times for one question asked %d times together, want 1", got, n)
+			}
+		})
+	}
+}
+
+// TestForwardCoalescesUnreadable: when the reply to a question others wait
+// for cannot be taken apart to answer them (here a byte after its last
+// record), they go upstream, but one at a time, never all at once.
+func TestForwardCoalescesUnreadable(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	var mu sync.Mutex // guards the two below
+	outstanding, most := 0, 0
+	up := startRawUpstream(t, func(u *rawUpstream, q *dns.Msg, from netip.AddrPort) {
+		mu.Lock()
+		outstanding++
+		most = max(most, outstanding)
+		mu.Unlock()
+		go func() {
+			<-release
+			time.Sleep(50 * time.Millisecond) // room for others to arrive, were they sent at once
+			mu.Lock()
+			outstanding--
+			mu.Unlock()
+			u.conn.WriteToUDPAddrPort(append(reply(q, "192.0.2.10"), 0), from)
+		}()
+	})
+	s, addr := newTestServer(t, testRoster(7), Config{Upstreams: []netip.AddrPort{up.addr}, UpstreamTimeout: time.Minute})
+	const n = 5
+	read := together(t, addr, n, "odd.example.com.")
+	waitFor(t, func() bool { return s.inflight.Load() == n && len(up.queries()) > 0 }, "all questions in flight")
+	free()
+	got := read()
+	for id := range uint16(n) {
+		if b := got[id]; len(b) < headerLen || b[2]&0x80 == 0 {
+			t.Errorf("query %d: reply %x, want a response", id, b)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 1 {
+		t.Errorf("up to %d identical questions were upstream at once, want 1", most)
+	}
+}
+
 // TestForwardEDNSSize: queries go upstream advertising at most 1232 bytes,
 // whatever the client advertised, so that no reply is fragmented.
 func TestForwardEDNSSize(t *testing.T) {
@@ -679,4 +850,89 @@ func TestReplyToTCPDoesNotBlock(t *testing.T) {
 	if _, err := io.ReadFull(theirs, lb[:]); err != nil || binary.BigEndian.Uint16(lb[:]) != 100 {
 		t.Fatalf("first frame: length %d, %v; want 100", binary.BigEndian.Uint16(lb[:]), err)
 	}
+}
+
+// rawQuestion is a message with ID 0x1234 and one question: the wire name
+// of labels, qtype and qclass; a response when resp.
+func rawQuestion(labels [][]byte, qtype, qclass uint16, resp bool) []byte {
+	b := []byte{0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0}
+	if resp {
+		b[2] |= 0x80
+	}
+	for _, l := range labels {
+		b = append(b, byte(len(l)))
+		b = append(b, l...)
+	}
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint16(b, qtype)
+	return binary.BigEndian.AppendUint16(b, qclass)
+}
+
+// TestMatches: a reply is taken only when it repeats the query's question:
+// the name equal but for the case of ASCII letters, the type and class
+// exactly. Neighbours that a looser comparison (Unicode case folding,
+// folding every byte with 0x20) would take are refused.
+func TestMatches(t *testing.T) {
+	l := func(ss ...string) [][]byte {
+		out := make([][]byte, len(ss))
+		for i, s := range ss {
+			out[i] = []byte(s)
+		}
+		return out
+	}
+	www := l("www", "example")
+	type question struct {
+		labels        [][]byte
+		qtype, qclass uint16
+	}
+	for _, tc := range []struct {
+		name string
+		q, r question
+		want bool
+	}{
+		{"same question", question{www, 1, 1}, question{www, 1, 1}, true},
+		{"name in another case", question{l("WwW", "Example"), 1, 1}, question{www, 1, 1}, true},
+		{"Z and z", question{l("Z"), 1, 1}, question{l("z"), 1, 1}, true},
+		{"another name", question{www, 1, 1}, question{l("wwx", "example"), 1, 1}, false},
+		{"labels split elsewhere", question{l("ab", "c"), 1, 1}, question{l("a", "bc"), 1, 1}, false},
+		{"qtype HTTPS(65) answered as 97", question{www, 65, 1}, question{www, 97, 1}, false},
+		{"qtype SPF(99) answered as 67", question{www, 99, 1}, question{www, 67, 1}, false},
+		{"qtype A(1) answered as 33", question{www, 1, 1}, question{www, 33, 1}, false},
+		{"qtype 0x4101 answered as 0x6101", question{www, 0x4101, 1}, question{www, 0x6101, 1}, false},
+		{"qclass IN(1) answered as 33", question{www, 1, 1}, question{www, 1, 33}, false},
+		{"qclass 0x41 answered as 0x61", question{www, 1, 0x41}, question{www, 1, 0x61}, false},
+		{`label \200 answered as \201`, question{[][]byte{{0x80}}, 1, 1}, question{[][]byte{{0x81}}, 1, 1}, false},
+		{`label \377x answered as \376x`, question{[][]byte{{0xff, 'x'}}, 1, 1}, question{[][]byte{{0xfe, 'x'}}, 1, 1}, false},
+		{"é answered as É (UTF-8)", question{l("é"), 1, 1}, question{l("É"), 1, 1}, false},
+		{`Latin-1 \300 answered as \340`, question{[][]byte{{0xC0}}, 1, 1}, question{[][]byte{{0xE0}}, 1, 1}, false},
+		{"@ answered as `", question{l("@"), 1, 1}, question{l("`"), 1, 1}, false},
+		{"[ answered as {", question{l("a["), 1, 1}, question{l("a{"), 1, 1}, false},
+		{"K answered as the Kelvin sign", question{l("k"), 1, 1}, question{l("\u212a"), 1, 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := rawQuestion(tc.q.labels, tc.q.qtype, tc.q.qclass, false)
+			r := rawQuestion(tc.r.labels, tc.r.qtype, tc.r.qclass, true)
+			if got := matches(q, r); got != tc.want {
+				t.Errorf("matches(%x, %x) = %v, want %v", q, r, got, tc.want)
+			}
+		})
+	}
+	t.Run("header", func(t *testing.T) {
+		q := rawQuestion(www, 1, 1, false)
+		for _, tc := range []struct {
+			name string
+			mod  func(r []byte)
+		}{
+			{"another ID", func(r []byte) { r[1] ^= 1 }},
+			{"not a response", func(r []byte) { r[2] &^= 0x80 }},
+			{"two questions", func(r []byte) { r[5] = 2 }},
+			{"no question", func(r []byte) { r[5] = 0 }},
+		} {
+			r := rawQuestion(www, 1, 1, true)
+			tc.mod(r)
+			if matches(q, r) {
+				t.Errorf("%s: matches(%x, %x) = true, want false", tc.name, q, r)
+			}
+		}
+	})
 }

@@ -29,9 +29,9 @@ func (s *Server) handle(req []byte, client netip.Addr, udp bool, sc *scratch, bu
 	}
 	resp, job := s.slow(t, req, client, udp)
 	if job != nil {
-		if s.cache != nil && sc.q.ok && !job.local {
+		if sc.q.ok && !job.local {
 			// A question the fast path read but left to the slow one
-			// (PTR): cached like the others.
+			// (PTR): cached, and joined, like the others.
 			job.key = bytes.Clone(cacheKey(req, sc))
 			job.query = sc.q
 			job.query.qname = nil
@@ -103,7 +103,7 @@ func (s *Server) forwardFast(t *table, req []byte, client netip.Addr, udp bool, 
 	if q.edns {
 		job.opt = q.qend
 	}
-	if !local && s.cache != nil {
+	if !local { // the key joins identical questions, and caches the answer
 		job.key = bytes.Clone(cacheKey(req, sc))
 		job.query = *q
 		job.query.qname = nil

@@ -101,7 +101,7 @@ func newMetrics(reg prometheus.Registerer, c *cache) (*metrics, error) {
 		}),
 		upstreamFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshhost_resolver_upstream_failures_total",
-			Help: "Forwarded queries an upstream did not answer in time, or refused at the socket.",
+			Help: "Forwarded queries an upstream did not answer in time, refused at the socket, or answered SERVFAIL or REFUSED.",
 		}),
 		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshhost_resolver_cache_hits_total",

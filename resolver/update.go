@@ -74,7 +74,7 @@ func (s *Server) Update(r *spec.Roster) error {
 	if err != nil {
 		return fmt.Errorf("roster generation %d refused: %w", r.Generation, err)
 	}
-	s.swapLocked(t, start, "whole")
+	s.swapLocked(t, nil, start, "whole")
 	if s.state != nil {
 		if err := s.safely(r.Generation, "saving", func() error { return s.state.saveWhole(t, s.Busy) }); err != nil {
 			return fmt.Errorf("roster generation %d is served but not saved: %w", r.Generation, err)
@@ -150,7 +150,11 @@ func (s *Server) applyLocked(cur *table, d *spec.RosterDelta, start time.Time, k
 	if err != nil {
 		return fmt.Errorf("roster generation %d refused: %w", d.To, err)
 	}
-	s.swapLocked(t, start, kind)
+	changed := d
+	if kind == "whole" {
+		changed = nil // the zones changed: any cached name may be in a new one
+	}
+	s.swapLocked(t, changed, start, kind)
 	if s.state != nil {
 		save := func() error { return s.state.saveDelta(t, d, s.Busy) }
 		if kind == "whole" {
@@ -165,20 +169,45 @@ func (s *Server) applyLocked(cur *table, d *spec.RosterDelta, start time.Time, k
 	return nil
 }
 
-// swapLocked serves t from now on.
-func (s *Server) swapLocked(t *table, start time.Time, kind string) {
+// swapLocked serves t from now on: the roster served changed by d, or,
+// when d is nil, a roster compiled whole.
+func (s *Server) swapLocked(t *table, d *spec.RosterDelta, start time.Time, kind string) {
 	syncs.AssertLocked(&s.updateMu)
 	s.table.Store(t)
 	if s.cache != nil {
-		// Names the new roster took over are answered from it; their
-		// cached outside answers go. The rest of the cache stays.
-		s.cache.dropMesh(s.isMeshName)
+		// Names the new roster took over are answered from it; the cached
+		// outside answers that depend on them go. The rest of the cache
+		// stays. A delta names what it changed (a name it removes leaves
+		// no cached answer wrong, but costs nothing to look at); a whole
+		// roster is compared with every entry.
+		if d == nil {
+			s.cache.dropMesh(s.isMeshName)
+		} else {
+			s.cache.dropNames(deltaNames(d))
+		}
 	}
 	took := time.Since(start)
 	s.metrics.swap.Observe(took.Seconds())
 	s.metrics.swaps.WithLabelValues(kind).Inc()
 	s.metrics.generation.Set(float64(t.gen))
 	s.log.Info("roster swapped in", "roster_generation", t.gen, "names", t.count, "how", kind, "took", took)
+}
+
+// deltaNames is the lowercase wire form of every name the normalized d
+// sets or removes.
+func deltaNames(d *spec.RosterDelta) [][]byte {
+	out := make([][]byte, 0, d.Len())
+	for n := range d.Set {
+		if w, err := wireName(spec.CanonicalName(n)); err == nil {
+			out = append(out, w)
+		}
+	}
+	for _, n := range d.Remove {
+		if w, err := wireName(spec.CanonicalName(n)); err == nil {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 func sameZones(t *table, zones []string) bool {

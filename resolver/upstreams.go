@@ -46,10 +46,11 @@ func (s *Server) upstreams() []netip.AddrPort {
 	return nil
 }
 
-// Upstream health: an upstream that timed out or refused is skipped (tried
-// after the healthy ones, so still tried when all fail) for downFor, twice
-// as long after each further failure up to maxDownFor; once that time is
-// over it is tried first again, and its first answer makes it healthy.
+// Upstream health: an upstream that timed out, whose port refused (ICMP),
+// or that answered SERVFAIL or REFUSED is skipped (tried after the healthy
+// ones, so still tried when all fail) for downFor, twice as long after each
+// further failure up to maxDownFor; once that time is over it is tried
+// first again, and its first answer (any other reply) makes it healthy.
 const (
 	downFor    = 2 * time.Second
 	maxDownFor = time.Minute
