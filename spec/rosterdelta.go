@@ -50,9 +50,9 @@ func (d *RosterDelta) Empty() bool { return d.Len() == 0 && d.Zones == nil }
 // judges them, and zones as Roster.Validate judges them. It costs what d
 // changes, whatever the size of the roster it applies to.
 func (d *RosterDelta) Validate() error {
-	var errs fieldErrors
+	var errs FaultList
 	if d.To <= d.From {
-		errs.add("generation", "%d is not after from %d: a delta moves a roster forward", d.To, d.From)
+		errs.Add("generation", "%d is not after from %d: a delta moves a roster forward", d.To, d.From)
 	}
 	if d.Zones != nil {
 		validateZones(&errs, "zones", d.Zones)
@@ -65,20 +65,20 @@ func (d *RosterDelta) Validate() error {
 		}
 		cn := CanonicalName(name)
 		if prev, ok := seen[cn]; ok {
-			errs.add(path, "same name as %s (names are case-insensitive); keep one", prev)
+			errs.Add(path, "same name as %s (names are case-insensitive); keep one", prev)
 			continue
 		}
 		seen[cn] = path
 		addrs := d.Set[name]
 		switch {
 		case len(addrs) == 0:
-			errs.add(path, "has no addresses; remove the name instead")
+			errs.Add(path, "has no addresses; remove the name instead")
 		case len(addrs) > MaxAddrsPerName:
-			errs.add(path, "has %d addresses; at most %d fit a DNS answer", len(addrs), MaxAddrsPerName)
+			errs.Add(path, "has %d addresses; at most %d fit a DNS answer", len(addrs), MaxAddrsPerName)
 		}
 		for j := range addrs {
 			if fault := addrFault(addrs, j); fault != "" {
-				errs.add(path+"["+strconv.Itoa(j)+"]", "%s", fault)
+				errs.Add(path+"["+strconv.Itoa(j)+"]", "%s", fault)
 			}
 		}
 	}
@@ -89,17 +89,17 @@ func (d *RosterDelta) Validate() error {
 		}
 		cn := CanonicalName(name)
 		if prev, ok := seen[cn]; ok {
-			errs.add(path, "%q is also given at %s; a name is either set or removed", name, prev)
+			errs.Add(path, "%q is also given at %s; a name is either set or removed", name, prev)
 			continue
 		}
 		seen[cn] = path
 	}
-	return errs.err()
+	return errs.Err()
 }
 
-func validName(name, path string, errs *fieldErrors) bool {
+func validName(name, path string, errs *FaultList) bool {
 	if err := CheckName(CanonicalName(name)); err != nil {
-		errs.add(path, "not a valid host name: %v", err)
+		errs.Add(path, "not a valid host name: %v", err)
 		return false
 	}
 	return true
@@ -278,20 +278,20 @@ type DeclarationDelta struct {
 // Validate reports every fault of d, each a *FieldError naming its path
 // (roster_delta.set["a..b"]), in time proportional to d.
 func (d *DeclarationDelta) Validate() error {
-	var errs fieldErrors
+	var errs FaultList
 	validateHead(&errs, d.Schema, d.Machine, d.Generation)
 	if d.Roster == nil {
-		errs.add("roster_delta", "is required")
+		errs.Add("roster_delta", "is required")
 	} else if err := d.Roster.Validate(); err != nil {
 		for _, e := range unjoin(err) {
 			if fe, ok := e.(*FieldError); ok {
-				errs.add("roster_delta"+prefixPath(fe.Path), "%s", fe.Reason)
+				errs.Add("roster_delta"+prefixPath(fe.Path), "%s", fe.Reason)
 			} else {
-				errs = append(errs, e)
+				errs.AddErr(e)
 			}
 		}
 	}
-	return errs.err()
+	return errs.Err()
 }
 
 type rosterDeltaDoc struct {

@@ -462,15 +462,14 @@ func (s *Source) applyDeltaLocked(cur *spec.Declaration, gen uint64, rd *spec.Ro
 			Reason: fmt.Sprintf("%d is not newer than roster generation %d, served; rosters never go back: send the whole declaration", rd.To, srv.gen),
 		}}}
 	}
-	var faults []error
+	var faults spec.FaultList // bounded: a delta may name a million names the roster lacks
 	for i, name := range rd.Remove {
 		if _, ok := cur.Roster.Names[name]; !ok {
-			faults = append(faults, &spec.FieldError{Path: fmt.Sprintf("roster_delta.remove[%d]", i),
-				Reason: fmt.Sprintf("%q is not in roster generation %d", name, cur.Roster.Generation)})
+			faults.Add(fmt.Sprintf("roster_delta.remove[%d]", i), "%q is not in roster generation %d", name, cur.Roster.Generation)
 		}
 	}
-	if len(faults) > 0 {
-		return nil, errors.Join(faults...)
+	if faults.Len() > 0 {
+		return nil, faults.Err()
 	}
 	next := *cur
 	next.Generation = gen
