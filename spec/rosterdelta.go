@@ -145,11 +145,20 @@ func sortedAddrs(addrs []netip.Addr) []netip.Addr {
 // whose From is not r's generation is refused with ErrDeltaBase, and r is
 // unchanged.
 //
+// A delta that would leave r more than MaxNames names is refused too
+// (CheckDeltaNames), as a whole roster of that many is: it would grow the
+// roster past the limit a few names at a time.
+//
 // r's map is changed in place: whoever holds r must own it, or no one
 // else may read it meanwhile.
 func (r *Roster) Apply(d *RosterDelta) (undo *RosterDelta, err error) {
 	if d.From != r.Generation {
 		return nil, fmt.Errorf("%w: the delta is from generation %d, the roster is generation %d", ErrDeltaBase, d.From, r.Generation)
+	}
+	if len(r.Names)+len(d.Set) > MaxNames { // else it cannot pass the limit: no need to count
+		if err := CheckDeltaNames(len(r.Names), r.namesAfter(d)); err != nil {
+			return nil, err
+		}
 	}
 	undo = &RosterDelta{From: d.To, To: d.From, Set: map[string][]netip.Addr{}}
 	if r.Names == nil {
@@ -179,6 +188,37 @@ func (r *Roster) Apply(d *RosterDelta) (undo *RosterDelta, err error) {
 	slices.Sort(undo.Remove)
 	r.Generation = d.To
 	return undo, nil
+}
+
+// namesAfter is how many names r would hold once d is applied, in time
+// proportional to d.
+func (r *Roster) namesAfter(d *RosterDelta) int {
+	n := len(r.Names)
+	for name := range d.Set {
+		if _, ok := r.Names[name]; !ok {
+			n++
+		}
+	}
+	for _, name := range d.Remove {
+		if _, ok := r.Names[name]; ok {
+			if _, set := d.Set[name]; !set {
+				n--
+			}
+		}
+	}
+	return n
+}
+
+// CheckDeltaNames refuses a roster delta that takes a roster of before
+// names to after names, more than MaxNames, with a *FieldError at its
+// "set": the limit of a whole roster (Roster.Validate) holds for one made
+// by deltas too. Roster.Apply checks it; so does anyone who applies deltas
+// to a roster of their own making (the resolver's tables).
+func CheckDeltaNames(before, after int) error {
+	if after <= MaxNames {
+		return nil
+	}
+	return &FieldError{Path: "set", Reason: fmt.Sprintf("the roster would hold %d names after this delta (%d before); at most %d", after, before, MaxNames)}
 }
 
 // Then returns the delta that applies d and then e (e.From must be d.To),

@@ -474,6 +474,10 @@ func (s *Source) applyDeltaLocked(cur *spec.Declaration, gen uint64, rd *spec.Ro
 	next := *cur
 	next.Generation = gen
 	undo, err := next.Roster.Apply(rd) // in place: the roster is the Source's own
+	var fe *spec.FieldError
+	if errors.As(err, &fe) { // a fault of the delta (too many names): its path in the document
+		return nil, &spec.FieldError{Path: "roster_delta." + fe.Path, Reason: fe.Reason}
+	}
 	if err != nil {
 		return nil, err
 	}
