@@ -101,8 +101,11 @@ func validateContainer(errs *FaultList, p string, c Container) {
 		total := 0
 		for k, v := range c.Env {
 			// Values are never quoted in a fault: they may be secrets.
-			if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			switch {
+			case k == "" || strings.ContainsAny(k, "=\x00"):
 				errs.Add(joinPath(p+".env", k), "an environment variable name may not be empty or hold '=' or NUL")
+			case strings.ContainsRune(v, 0):
+				errs.Add(joinPath(p+".env", k), "the value holds a NUL byte, which an environment cannot carry (the value is not shown: it may be a secret)")
 			}
 			n := len(k) + 1 + len(v)
 			if n > MaxEnvEntryBytes {
