@@ -246,3 +246,59 @@ func TestControlsRefuseAMissingStateDir(t *testing.T) {
 		}
 	}
 }
+
+// TestApproveOnlyTheHeld: meshhost approve GEN refuses (exit 1, a JSON
+// error with --output json) any generation but the one held, saying what
+// is held, and records nothing: approving a generation not held yet once
+// let its push skip the hold unseen.
+func TestApproveOnlyTheHeld(t *testing.T) {
+	f := newControlsFixture(t)
+	approved := func() uint64 { return agent.ApprovedDeclaration(statedir.New(f.state)) }
+	steps := []struct {
+		name   string
+		before func()
+		gen    string
+		code   int
+		error  string // with --output json; "" for none
+	}{
+		{name: "no status yet", gen: "1", code: 1,
+			error: "declaration 1 is not held: the agent has written no status in " + f.state + " yet, so nothing is (meshhost status)"},
+		{name: "nothing held", before: func() { f.offer(controlsDecl(1, "busybox:1")); f.pass() }, gen: "1", code: 1,
+			error: "declaration 1 is not held: nothing is (declaration 1 is in force; meshhost status)"},
+		{name: "a future generation", gen: "2", code: 1,
+			error: "declaration 2 is not held: nothing is (declaration 1 is in force; meshhost status)"},
+		{name: "another generation than the one held", before: func() { f.offer(controlsDecl(2, "busybox:2")); f.pass() }, gen: "3", code: 1,
+			error: "declaration 3 is not held: the declaration held is 2 (meshhost status shows what it would change)"},
+		{name: "the one held", gen: "2", code: 0},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			if st.before != nil {
+				st.before()
+			}
+			was := approved()
+			code, out, errOut := f.cli("approve", st.gen, "--output", "json")
+			if code != st.code {
+				t.Fatalf("approve %s = exit %d, want %d\n%s%s", st.gen, code, st.code, out, errOut)
+			}
+			if st.code == 0 {
+				if got := approved(); fmt.Sprint(got) != st.gen {
+					t.Errorf("approved after approve %s = %d", st.gen, got)
+				}
+				return
+			}
+			var got struct{ Error string }
+			if err := json.Unmarshal([]byte(out), &got); err != nil || got.Error != st.error {
+				t.Errorf("approve %s --output json = %s (%v), want the error %q", st.gen, out, err, st.error)
+			}
+			if now := approved(); now != was {
+				t.Errorf("a refused approve %s recorded approval %d (was %d)", st.gen, now, was)
+			}
+		})
+	}
+	// The refused pre-approval of 2 did not let 2 skip the hold, and the
+	// approval of the one held lets it go ahead.
+	if rep := f.pass(); rep.Held == nil || !rep.Held.Approved || f.images() != "cache=busybox:2 db=busybox:2 web=busybox:2" {
+		t.Errorf("after approve 2: hold %+v, containers %s; want approved and applied", rep.Held, f.images())
+	}
+}
