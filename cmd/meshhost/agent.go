@@ -65,7 +65,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 	socket := fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST); while it does not answer the agent waits for it, retrying")
 	resolverAt := fs.String("resolver", "embedded", "where the resolver runs: \"embedded\" (in this process: containers lose DNS whenever the agent stops) or unix:PATH, the control socket of meshhost-resolver, which outlives the agent (packaging/systemd runs it so)")
 	interval := fs.Duration("interval", 30*time.Second, "time between periodic passes (a failed pass is retried sooner: 1s, doubling up to this)")
-	budget := fs.Int("budget", reconcile.DefaultBudget.Max, "replacements allowed per budget window")
+	budget := fs.Int("budget", reconcile.DefaultBudget.Max, "replacements and removals allowed per budget window")
 	holdAbove := fs.Int("hold-above", agent.DefaultHoldAbove, "hold a declaration whose plan would replace more than N containers until `meshhost approve GEN` (0 never holds)")
 	window := fs.Duration("budget-window", reconcile.DefaultBudget.Window, "the replacement budget's window")
 	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local resolver address (assigned to lo) for routed networks")
