@@ -138,12 +138,15 @@ func defineStatus(env *environment, fs *flag.FlagSet) runner {
 			for _, r := range out.Held.Replacements {
 				fmt.Fprintf(w, "  replace %s: %s\n", r.Container, r.Reason)
 			}
+			for _, r := range out.Held.Removals {
+				fmt.Fprintf(w, "  remove %s: %s\n", r.Container, r.Reason)
+			}
 		case out.Held != nil:
 			fmt.Fprintf(w, "%s\n", out.Held)
 		case out.HoldAbove == 0:
 			fmt.Fprintln(w, "blast-radius hold: off (--hold-above 0)")
 		default:
-			fmt.Fprintf(w, "blast-radius hold: a declaration replacing more than %d containers waits for meshhost approve\n", out.HoldAbove)
+			fmt.Fprintf(w, "blast-radius hold: a declaration replacing and removing more than %d containers waits for meshhost approve\n", out.HoldAbove)
 		}
 		if out.Frozen != nil {
 			fmt.Fprintf(w, "FROZEN since %s", out.Frozen.Since.UTC().Format(time.RFC3339))

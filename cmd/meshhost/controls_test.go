@@ -302,3 +302,34 @@ func TestApproveOnlyTheHeld(t *testing.T) {
 		t.Errorf("after approve 2: hold %+v, containers %s; want approved and applied", rep.Held, f.images())
 	}
 }
+
+// TestHoldOfRemovalsThroughTheCommands: a declaration removing every
+// container is held, and meshhost status and plan say what it would
+// remove.
+func TestHoldOfRemovalsThroughTheCommands(t *testing.T) {
+	f := newControlsFixture(t)
+	f.offer(controlsDecl(1, "busybox:1"))
+	f.pass()
+	f.offer([]byte(`{"schema": 1, "machine": "ace", "generation": 2, "mesh_names": "off",
+	  "roster": {"generation": 2, "zones": ["internal"], "names": {"a.internal": ["10.9.0.1"]}}, "containers": []}`))
+	if rep := f.pass(); !rep.Held.Held() || f.images() != "cache=busybox:1 db=busybox:1 web=busybox:1" {
+		t.Fatalf("the agent: held %+v, containers %s; want held and nothing removed", rep.Held, f.images())
+	}
+	held := "declaration 2 held: it would remove 3 containers, more than --hold-above 2"
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"status"}, []string{"HELD: " + held, "  remove db: no longer declared", "  remove web: no longer declared"}},
+		{[]string{"plan"}, []string{held}},
+	} {
+		t.Run(tc.args[0], func(t *testing.T) {
+			_, out, errOut := f.cli(tc.args...)
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("meshhost %v does not say %q:\n%s%s", tc.args, w, out, errOut)
+				}
+			}
+		})
+	}
+}
