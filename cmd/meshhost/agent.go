@@ -140,7 +140,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 		uri := ""
 		if *runtimeKind == "podman" {
 			if uri = podmanSocket(env, *socket); uri == "" {
-				return exitUsage, errors.New("no podman socket: pass --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
+				return exitError, errNoPodman // a dependency missing, as for every command
 			}
 		}
 		logger, err := logging.New(env.stderr, logging.Options{Format: logFlags.Format, Level: &level})

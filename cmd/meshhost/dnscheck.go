@@ -45,9 +45,13 @@ func defineDNSCheck(env *environment, fs *flag.FlagSet) runner {
 		if *output != "text" && *output != "json" {
 			return exitUsage, fmt.Errorf("--output %q: want text or json", *output)
 		}
+		dir, err := existingState(*state) // before podman: a typo is said first
+		if err != nil {
+			return exitError, err
+		}
 		uri := podmanSocket(env, *socket)
 		if uri == "" {
-			return exitUsage, errors.New("no podman socket: pass --podman or set MESHHOST_PODMAN_SOCKET")
+			return exitError, errNoPodman
 		}
 		rt, err := podman.New(ctx, uri, nil)
 		if err != nil {
@@ -57,7 +61,7 @@ func defineDNSCheck(env *environment, fs *flag.FlagSet) runner {
 		if err != nil {
 			return 1, err
 		}
-		roster, rosterErr := servedRoster(statedir.New(*state))
+		roster, rosterErr := servedRoster(dir)
 		rep, err := dnscheck.Check(ctx, dnscheck.Config{
 			Netns:      fmt.Sprintf("/proc/%d/ns/net", box.PID),
 			ResolvConf: fmt.Sprintf("/proc/%d/root/etc/resolv.conf", box.PID),
