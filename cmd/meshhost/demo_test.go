@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/meshhost/meshhost/internal/demo"
 	"github.com/meshhost/meshhost/spec"
 )
@@ -121,6 +123,36 @@ func TestExitCodes(t *testing.T) {
 	code, out, _ := runCLI(t, nil, "version", "--output", "json")
 	if code != 0 || !strings.Contains(out, `"digest_version":"v1"`) {
 		t.Errorf("meshhost version --output json = exit %d, %s", code, out)
+	}
+}
+
+// TestJSONErrorListsEveryFault: with --output json, an error lists every
+// fault of a declaration, though the error says which file it came from
+// (the faults joined below that wrapper were reported as one).
+func TestJSONErrorListsEveryFault(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	doc := strings.Replace(string(controlsDecl(1, "busybox:1")), `{"name": "db", "image": "busybox:1"}`, `{"name": "db", "image": ""}`, 1)
+	doc = strings.Replace(doc, `{"name": "web", "image": "busybox:1"}`, `{"name": "web", "image": "busybox:1", "stop_timeout": "6o s"}`, 1)
+	if err := os.WriteFile(bad, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, nil, "plan", "--state", t.TempDir(), "--declaration", bad, "--output", "json")
+	if code != 1 {
+		t.Fatalf("plan of a faulty declaration = exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	var got struct {
+		Error  string
+		Faults []spec.FieldError
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	want := []spec.FieldError{ // reading faults first, then validation's
+		{Path: "containers[1].stop_timeout", Reason: `"6o s" is not a duration (write e.g. "30s" or "2m")`},
+		{Path: "containers[0].image", Reason: `"" is not an image reference`},
+	}
+	if diff := cmp.Diff(want, got.Faults); diff != "" || !strings.HasPrefix(got.Error, bad+": ") {
+		t.Errorf("plan --output json error %q; faults (-want +got):\n%s", got.Error, diff)
 	}
 }
 
