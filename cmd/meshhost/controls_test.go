@@ -333,3 +333,20 @@ func TestHoldOfRemovalsThroughTheCommands(t *testing.T) {
 		})
 	}
 }
+
+// TestMigratePauseResumeSay: migrate pause and resume say what they did
+// (they printed nothing, and nothing with --output json either).
+func TestMigratePauseResumeSay(t *testing.T) {
+	f := newControlsFixture(t)
+	for _, tc := range []struct{ sub, want string }{
+		{"pause", "migration paused: no container changes its name mode"},
+		{"pause", "migration paused"}, // again: still paused, no fault
+		{"resume", "migration resumed"},
+	} {
+		t.Run(tc.sub, func(t *testing.T) {
+			if code, out, errOut := f.cli("migrate", tc.sub); code != 0 || !strings.HasPrefix(out, tc.want) {
+				t.Errorf("migrate %s = exit %d, %q%s; want 0 and %q", tc.sub, code, out, errOut, tc.want)
+			}
+		})
+	}
+}
