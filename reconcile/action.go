@@ -89,6 +89,15 @@ type Action struct {
 	adoptAs *spec.Resources
 }
 
+// Disrupts reports whether a takes a container that may run away from
+// what it runs: a replacement, or a removal (not the finishing of one cut
+// short, in which nothing runs any more). The replacement budget paces
+// these (Budget), and the agent's blast-radius hold counts them: a
+// running service removed is at least as disruptive as one replaced.
+func (a Action) Disrupts() bool {
+	return a.Kind == Replace || a.Kind == Remove && !a.Removing
+}
+
 // String reads like a line of a plan: `replace "gitea": image: a:1 -> a:2`.
 func (a Action) String() string {
 	if a.Reason == "" {

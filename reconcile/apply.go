@@ -27,9 +27,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, desired []spec.Rendered) (*R
 // dependencies), then the declared containers, each after its dependencies
 // are done (and healthy, when they have a healthcheck and were just
 // started), with at most Config.Concurrency actions at once. Replacements
-// beyond the budget are deferred (Outcome.Deferred); the others are charged
-// to it, and the charges saved (Config.BudgetCharged), before the first
-// action. An action whose dependency failed is not attempted.
+// and removals beyond the budget are deferred (Outcome.Deferred); the
+// others are charged to it, and the charges saved (Config.BudgetCharged),
+// before the first action. An action whose dependency failed is not attempted.
 //
 // Apply returns a Result in every case, and an error joining the errors of
 // every failed action.
@@ -53,17 +53,17 @@ func (r *Reconciler) Apply(ctx context.Context, p *Plan) (*Result, error) {
 	return res, res.Err()
 }
 
-// charge takes a budget token for each replacement in order, and defers the
-// replacements beyond the budget. It runs before any action of the pass,
-// and saves the charges through Config.BudgetCharged before returning: a
-// replacement whose charge cannot be saved is deferred and refunded (see
-// Config.BudgetCharged for why).
+// charge takes a budget token for each replacement and removal
+// (Action.Disrupts) in order, and defers those beyond the budget. It runs
+// before any action of the pass, and saves the charges through
+// Config.BudgetCharged before returning: one whose charge cannot be saved
+// is deferred and refunded (see Config.BudgetCharged for why).
 func (r *Reconciler) charge(res *Result) {
 	var charged []*Outcome
 	var at []time.Time
 	for i := range res.Outcomes {
 		o := &res.Outcomes[i]
-		if o.Kind != Replace {
+		if !o.Disrupts() {
 			continue
 		}
 		if now := r.now(); r.state.take(now) {
@@ -87,7 +87,7 @@ func (r *Reconciler) charge(res *Result) {
 		res.Deferred++
 		r.metrics.deferred.Inc()
 	}
-	res.ChargeErr = fmt.Errorf("replacements deferred (%d): saving the replacement budget before they begin: %w", len(charged), err)
+	res.ChargeErr = fmt.Errorf("replacements and removals deferred (%d): saving the replacement budget before they begin: %w", len(charged), err)
 }
 
 // run carries out the outcomes' actions in two phases, removals then the
@@ -204,9 +204,9 @@ func (r *Reconciler) finish(ctx context.Context, o *Outcome, err error) {
 	case o.Frozen:
 		r.log.InfoContext(ctx, "action not begun: the machine is frozen (meshhost unfreeze lets it go on)", attrs...)
 	case o.unsaved:
-		r.log.ErrorContext(ctx, "replacement deferred: its charge to the budget could not be saved; it goes ahead once a save succeeds", attrs...)
+		r.log.ErrorContext(ctx, deferredWhat[o.Kind]+" deferred: its charge to the budget could not be saved; it goes ahead once a save succeeds", attrs...)
 	case o.Deferred:
-		r.log.WarnContext(ctx, "replacement deferred: budget spent", append(attrs, "budget", fmt.Sprintf("%d per %v", r.cfg.Budget.Max, r.cfg.Budget.Window))...)
+		r.log.WarnContext(ctx, deferredWhat[o.Kind]+" deferred: budget spent", append(attrs, "budget", fmt.Sprintf("%d per %v", r.cfg.Budget.Max, r.cfg.Budget.Window))...)
 	default:
 		r.metrics.actions.WithLabelValues(string(o.Kind)).Inc()
 		if o.Kind == Replace || o.Kind == Resume {
@@ -219,6 +219,9 @@ func (r *Reconciler) finish(ctx context.Context, o *Outcome, err error) {
 		r.log.Log(ctx, level, "reconcile action", attrs...)
 	}
 }
+
+// deferredWhat names the actions the budget defers, for the log.
+var deferredWhat = map[Kind]string{Replace: "replacement", Remove: "removal"}
 
 // do carries out one action.
 func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
@@ -284,6 +287,9 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 		}
 		return r.start(ctx, "adopting", o.Name, o.ID, d, healthy)
 	case Remove:
+		if o.Deferred {
+			return nil // the budget was spent: the container stays as it is
+		}
 		if o.Removing {
 			// Nothing runs in it, and the runtime refuses to stop it.
 			if err := r.rt.Remove(ctx, o.ID); err != nil && !errors.Is(err, ErrNotFound) {

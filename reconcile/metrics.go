@@ -47,11 +47,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		budgetUsed: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshhost_reconcile_budget_used",
-			Help: "Replacements begun within the current budget window.",
+			Help: "Replacements and removals begun within the current budget window.",
 		}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshhost_reconcile_deferred_total",
-			Help: "Replacements deferred to a later pass because the budget was spent.",
+			Help: "Replacements and removals deferred to a later pass because the budget was spent.",
 		}),
 		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "meshhost_reconcile_pass_duration_seconds",
@@ -64,11 +64,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meshhost_reconcile_replacements_pending",
-			Help: "Replacements the last pass wanted and did not begin, by reason: budget (deferred, the budget was spent) or held (a hold waits for an operator).",
+			Help: "Replacements and removals the last pass wanted and did not begin, by reason: budget (deferred, the budget was spent) or held (a hold waits for an operator).",
 		}, []string{"reason"}),
 		budgetLimit: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshhost_reconcile_budget_limit",
-			Help: "Replacements the budget allows to begin within a window (--budget).",
+			Help: "Replacements and removals the budget allows to begin within a window (--budget).",
 		}),
 		budgetWindow: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshhost_reconcile_budget_window_seconds",

@@ -32,30 +32,32 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Concurrency bounds the runtime calls in flight. Default 4.
 	Concurrency int
-	// Budget bounds replacements per window. Default DefaultBudget.
+	// Budget bounds replacements and removals per window. Default
+	// DefaultBudget.
 	Budget Budget
-	// BudgetUsed restores the start times of replacements made by an
+	// BudgetUsed restores the start times of replacements and removals made by an
 	// earlier Reconciler (see Reconciler.BudgetUsed), so that a restart does
 	// not reset the budget.
 	BudgetUsed []time.Time
 	// BudgetCharged, when set, saves the budget as soon as a pass charges
 	// it: Apply calls it with the start times in the window (what BudgetUsed
-	// returns) after charging the pass's replacements and before any runtime
-	// call of the pass. A process killed mid-pass then restarts with the
-	// charges of the replacements it began (Config.BudgetUsed); saving only
+	// returns) after charging the pass's replacements and removals and
+	// before any runtime call of the pass. A process killed mid-pass then
+	// restarts with the charges of those it began (Config.BudgetUsed); saving only
 	// after the pass would forget them, and an agent crash-looping through
 	// replacements would begin one per restart, whatever the budget.
 	//
-	// If it returns an error, the pass's replacements are deferred and
-	// uncharged, as if the budget were spent, and Result.ChargeErr says why.
-	// The budget is the guard against replacement storms, and a charge
-	// that is not saved does not survive the crash it exists for. Only
-	// replacements wait: creates, starts, resumed and rolled back
-	// replacements, updates and removals go on, and a deferred container
-	// that is not running is started as it is, so nothing is left down.
-	// Every pass tries again, so the replacements go ahead as soon as a save
-	// succeeds (e.g. once the operator frees the full disk), without a
-	// restart.
+	// If it returns an error, the pass's replacements and removals are
+	// deferred and uncharged, as if the budget were spent, and
+	// Result.ChargeErr says why. The budget is the guard against
+	// replacement storms, and a charge that is not saved does not survive
+	// the crash it exists for. Only replacements and removals wait:
+	// creates, starts, resumed and rolled back replacements, updates and
+	// the finishing of removals cut short go on, and a deferred
+	// replacement whose container is not running is started as it is, so
+	// nothing is left down. Every pass tries again, so they go ahead as
+	// soon as a save succeeds (e.g. once the operator frees the full
+	// disk), without a restart.
 	BudgetCharged func(used []time.Time) error
 	// Frozen, when set, is asked right before each action that would
 	// create, replace, remove, update or adopt a container begins: while it
@@ -85,10 +87,15 @@ type Config struct {
 	HealthPoll time.Duration
 }
 
-// Budget bounds replacements: at most Max may begin within any Window.
-// Replacements beyond it are deferred to a later pass. Creating a missing
-// container is never charged; every replacement is, whatever its reason
-// (a name mode switch included).
+// Budget bounds replacements and removals (Action.Disrupts): at most Max
+// may begin within any Window. Those beyond it are deferred to a later
+// pass (a deferred removal leaves its container as it is). Creating a
+// missing container is never charged; every replacement is, whatever its
+// reason (a name mode switch included), and so is every removal of a
+// container no longer declared: the harm of the incident was running
+// services going away and coming back, and a removal takes one away for
+// good. Finishing a removal cut short (nothing runs in it) is not
+// charged.
 type Budget struct {
 	Max    int
 	Window time.Duration
@@ -155,7 +162,7 @@ func New(cfg Config) (*Reconciler, error) {
 	return r, nil
 }
 
-// ReportHeld publishes n replacements held back before Apply by whoever
+// ReportHeld publishes n replacements and removals held back before Apply by whoever
 // plans the pass (the agent's blast-radius hold), in
 // meshhost_reconcile_replacements_pending{reason="held"}, next to those
 // the budget deferred; 0 once nothing is held.

@@ -9,12 +9,13 @@ import (
 type Result struct {
 	// Outcomes has one entry per action of the plan, in the plan's order.
 	Outcomes []Outcome
-	// Deferred counts replacements left for a later pass by the budget.
+	// Deferred counts replacements and removals left for a later pass by
+	// the budget.
 	Deferred int
 	// Frozen counts actions not begun because the machine is frozen
 	// (Config.Frozen).
 	Frozen int
-	// ChargeErr says why the replacements the budget allowed were deferred
+	// ChargeErr says why the replacements and removals the budget allowed were deferred
 	// all the same: their charge could not be saved (Config.BudgetCharged).
 	ChargeErr error
 	Start     time.Time
@@ -27,8 +28,9 @@ type Outcome struct {
 	// Err says what failed, naming the container and the step:
 	// `replacing "gitea": starting new container: ...`.
 	Err error
-	// Deferred reports a replacement the budget left for a later pass. A
-	// deferred container that was not running is started as it is.
+	// Deferred reports a replacement or a removal the budget left for a
+	// later pass. The container stays as it is; one a deferred
+	// replacement finds not running is started as it is.
 	Deferred bool
 	// Frozen reports an action not begun because the machine is frozen
 	// (Config.Frozen).

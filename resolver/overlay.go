@@ -72,6 +72,9 @@ func (t *table) apply(d *spec.RosterDelta) (*table, error) {
 			return nil, err
 		}
 	}
+	if err := spec.CheckDeltaNames(t.count, nt.count); err != nil {
+		return nil, err // the limit of a whole roster holds for one made by deltas
+	}
 	if len(nt.over.names) == 0 {
 		nt.over = nil
 	}

@@ -81,15 +81,15 @@ var signals = map[string]bool{
 	"SIGUSR2": true, "SIGTERM": true, "SIGWINCH": true, "SIGPWR": true, "SIGSTOP": true,
 }
 
-func validateContainer(errs *fieldErrors, p string, c Container) {
+func validateContainer(errs *FaultList, p string, c Container) {
 	switch {
 	case !containerNameRE.MatchString(c.Name):
-		errs.add(p+".name", "%q is not a container name (letters, digits, and _ . - after the first)", c.Name)
+		errs.Add(p+".name", "%q is not a container name (letters, digits, and _ . - after the first)", c.Name)
 	case strings.HasSuffix(c.Name, AsideSuffix):
-		errs.add(p+".name", "%q ends with %q, which meshhost reserves for the old container during a replacement", c.Name, AsideSuffix)
+		errs.Add(p+".name", "%q ends with %q, which meshhost reserves for the old container during a replacement", c.Name, AsideSuffix)
 	}
 	if c.Image == "" || strings.ContainsAny(c.Image, " \t\r\n") {
-		errs.add(p+".image", "%q is not an image reference", c.Image)
+		errs.Add(p+".image", "%q is not an image reference", c.Image)
 	}
 	for _, l := range []struct {
 		key  string
@@ -101,17 +101,20 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 		total := 0
 		for k, v := range c.Env {
 			// Values are never quoted in a fault: they may be secrets.
-			if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-				errs.add(joinPath(p+".env", k), "an environment variable name may not be empty or hold '=' or NUL")
+			switch {
+			case k == "" || strings.ContainsAny(k, "=\x00"):
+				errs.Add(joinPath(p+".env", k), "an environment variable name may not be empty or hold '=' or NUL")
+			case strings.ContainsRune(v, 0):
+				errs.Add(joinPath(p+".env", k), "the value holds a NUL byte, which an environment cannot carry (the value is not shown: it may be a secret)")
 			}
 			n := len(k) + 1 + len(v)
 			if n > MaxEnvEntryBytes {
-				errs.add(joinPath(p+".env", k), "%d bytes as NAME=VALUE; at most %d (Linux refuses a longer environment string)", n, MaxEnvEntryBytes)
+				errs.Add(joinPath(p+".env", k), "%d bytes as NAME=VALUE; at most %d (Linux refuses a longer environment string)", n, MaxEnvEntryBytes)
 			}
 			total += n
 		}
 		if total > MaxEnvBytes {
-			errs.add(p+".env", "%d bytes of names and values; at most %d per container", total, MaxEnvBytes)
+			errs.Add(p+".env", "%d bytes of names and values; at most %d per container", total, MaxEnvBytes)
 		}
 	}
 	if !tooMany(errs, p+".labels", len(c.Labels), MaxLabels, "labels") {
@@ -119,14 +122,14 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 		for k, v := range c.Labels {
 			switch {
 			case k == "":
-				errs.add(p+".labels", "a label key may not be empty")
+				errs.Add(p+".labels", "a label key may not be empty")
 			case strings.HasPrefix(k, LabelPrefix):
-				errs.add(joinPath(p+".labels", k), "labels under %q are meshhost's own; use another key", LabelPrefix)
+				errs.Add(joinPath(p+".labels", k), "labels under %q are meshhost's own; use another key", LabelPrefix)
 			}
 			total += len(k) + len(v)
 		}
 		if total > MaxLabelBytes {
-			errs.add(p+".labels", "%d bytes of keys and values; at most %d per container", total, MaxLabelBytes)
+			errs.Add(p+".labels", "%d bytes of keys and values; at most %d per container", total, MaxLabelBytes)
 		}
 	}
 	tooMany(errs, p+".ports", len(c.Ports), MaxPorts, "ports")
@@ -155,10 +158,10 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 		switch port.Protocol {
 		case "", "tcp", "udp", "sctp":
 		default:
-			errs.add(pp+".protocol", "%q is not tcp, udp or sctp", port.Protocol)
+			errs.Add(pp+".protocol", "%q is not tcp, udp or sctp", port.Protocol)
 		}
 		if port.ContainerPort == 0 {
-			errs.add(pp+".container_port", "must be 1 to 65535")
+			errs.Add(pp+".container_port", "must be 1 to 65535")
 		}
 	}
 	targets := map[string]int{}
@@ -167,24 +170,24 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 		switch m.Type {
 		case MountVolume:
 			if !volumeNameRE.MatchString(m.Source) {
-				errs.add(mp+".source", "%q is not a volume name", m.Source)
+				errs.Add(mp+".source", "%q is not a volume name", m.Source)
 			}
 		case MountBind:
 			if !path.IsAbs(m.Source) {
-				errs.add(mp+".source", "%q is not an absolute host path", m.Source)
+				errs.Add(mp+".source", "%q is not an absolute host path", m.Source)
 			}
 		case MountTmpfs:
 			if m.Source != "" {
-				errs.add(mp+".source", "a tmpfs mount has no source")
+				errs.Add(mp+".source", "a tmpfs mount has no source")
 			}
 		default:
-			errs.add(mp+".type", "%q is not volume, bind or tmpfs", m.Type)
+			errs.Add(mp+".type", "%q is not volume, bind or tmpfs", m.Type)
 		}
 		if !path.IsAbs(m.Target) || path.Clean(m.Target) != m.Target {
-			errs.add(mp+".target", "%q is not a clean absolute path", m.Target)
+			errs.Add(mp+".target", "%q is not a clean absolute path", m.Target)
 		}
 		if j, dup := targets[m.Target]; dup {
-			errs.add(mp+".target", "%q is also the target of mounts[%d]", m.Target, j)
+			errs.Add(mp+".target", "%q is also the target of mounts[%d]", m.Target, j)
 		}
 		targets[m.Target] = i
 	}
@@ -192,10 +195,10 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 	for i, n := range networks {
 		np := fmt.Sprintf("%s.networks[%d]", p, i)
 		if !networkNameRE.MatchString(n.Name) {
-			errs.add(np+".name", "%q is not a network name", n.Name)
+			errs.Add(np+".name", "%q is not a network name", n.Name)
 		}
 		if j, dup := nets[n.Name]; dup {
-			errs.add(np+".name", "%q is also networks[%d]", n.Name, j)
+			errs.Add(np+".name", "%q is also networks[%d]", n.Name, j)
 		}
 		nets[n.Name] = i
 		if tooMany(errs, np+".aliases", len(n.Aliases), MaxAliases, "aliases") {
@@ -203,35 +206,35 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 		}
 		for j, a := range n.Aliases {
 			if err := CheckName(a); err != nil {
-				errs.add(fmt.Sprintf("%s.aliases[%d]", np, j), "not a valid host name: %v", err)
+				errs.Add(fmt.Sprintf("%s.aliases[%d]", np, j), "not a valid host name: %v", err)
 			}
 		}
 		if n.IPv4.IsValid() && !n.IPv4.Is4() {
-			errs.add(np+".ipv4", "%s is not an IPv4 address", n.IPv4)
+			errs.Add(np+".ipv4", "%s is not an IPv4 address", n.IPv4)
 		}
 		if n.IPv6.IsValid() && (!n.IPv6.Is6() || n.IPv6.Is4In6()) {
-			errs.add(np+".ipv6", "%s is not an IPv6 address", n.IPv6)
+			errs.Add(np+".ipv6", "%s is not an IPv6 address", n.IPv6)
 		}
 	}
 	if c.Restart.Name != "" {
 		if _, err := ParseRestartPolicy(c.Restart.String()); err != nil {
-			errs.add(p+".restart", "%v", err)
+			errs.Add(p+".restart", "%v", err)
 		}
 	}
 	if c.StopSignal != "" && !signals[CanonicalSignal(c.StopSignal)] {
-		errs.add(p+".stop_signal", "%q is not a stop signal (e.g. SIGTERM, SIGINT, SIGQUIT)", c.StopSignal)
+		errs.Add(p+".stop_signal", "%q is not a stop signal (e.g. SIGTERM, SIGINT, SIGQUIT)", c.StopSignal)
 	}
 	if c.StopTimeout < 0 || c.StopTimeout > time.Hour {
-		errs.add(p+".stop_timeout", "%s is out of range [0s, 1h]", c.StopTimeout)
+		errs.Add(p+".stop_timeout", "%s is out of range [0s, 1h]", c.StopTimeout)
 	}
 	if c.StopTimeout%time.Second != 0 {
-		errs.add(p+".stop_timeout", "%s is not a whole number of seconds, which is what podman takes", c.StopTimeout)
+		errs.Add(p+".stop_timeout", "%s is not a whole number of seconds, which is what podman takes", c.StopTimeout)
 	}
 	if h := c.Healthcheck; h != nil && len(h.Test) == 0 {
-		errs.add(p+".healthcheck.test", "is empty; give the command to run, e.g. [\"pg_isready\"]")
+		errs.Add(p+".healthcheck.test", "is empty; give the command to run, e.g. [\"pg_isready\"]")
 	}
 	if r := c.Resources; r.MemoryBytes < 0 || r.MilliCPUs < 0 || r.PidsLimit < 0 {
-		errs.add(p+".resources", "limits may not be negative")
+		errs.Add(p+".resources", "limits may not be negative")
 	}
 	for _, caps := range []struct {
 		key  string
@@ -242,7 +245,7 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 		}
 		for i, cp := range caps.list {
 			if !capRE.MatchString(cp) {
-				errs.add(fmt.Sprintf("%s.%s[%d]", p, caps.key, i), "%q is not a capability name (e.g. NET_ADMIN)", cp)
+				errs.Add(fmt.Sprintf("%s.%s[%d]", p, caps.key, i), "%q is not a capability name (e.g. NET_ADMIN)", cp)
 			}
 		}
 	}
@@ -250,11 +253,11 @@ func validateContainer(errs *fieldErrors, p string, c Container) {
 
 // tooMany adds a fault when a list or map at path holds n entries, more
 // than max, and reports whether it did.
-func tooMany(errs *fieldErrors, path string, n, max int, what string) bool {
+func tooMany(errs *FaultList, path string, n, max int, what string) bool {
 	if n <= max {
 		return false
 	}
-	errs.add(path, "%d %s; at most %d", n, what, max)
+	errs.Add(path, "%d %s; at most %d", n, what, max)
 	return true
 }
 
@@ -289,7 +292,7 @@ type staticAddr struct {
 // entry). Lists beyond their limits are not judged entry by entry, as
 // validateContainer does not. The maps are made on first use, sized for
 // one claim per container.
-func (h *hostClaims) check(errs *fieldErrors, cs []Container, i int) {
+func (h *hostClaims) check(errs *FaultList, cs []Container, i int) {
 	c := cs[i]
 	if len(c.Ports) <= MaxPorts {
 		for k, port := range c.Ports {
@@ -305,9 +308,9 @@ func (h *hostClaims) check(errs *fieldErrors, cs []Container, i int) {
 			case !dup:
 				h.ports[key] = portClaim{int32(i), int32(k)}
 			case int(first.c) == i:
-				errs.add(fmt.Sprintf("containers[%d].ports[%d].host_port", i, k), "%s is also published by ports[%d]", key, first.p)
+				errs.Add(fmt.Sprintf("containers[%d].ports[%d].host_port", i, k), "%s is also published by ports[%d]", key, first.p)
 			default:
-				errs.add(fmt.Sprintf("containers[%d].ports[%d]", i, k), "host port %s is already published by containers[%d] %q", key, first.c, cs[first.c].Name)
+				errs.Add(fmt.Sprintf("containers[%d].ports[%d]", i, k), "host port %s is already published by containers[%d] %q", key, first.c, cs[first.c].Name)
 			}
 		}
 	}
@@ -325,7 +328,7 @@ func (h *hostClaims) check(errs *fieldErrors, cs []Container, i int) {
 				}
 				key := staticAddr{n.Name, a.addr}
 				if j, dup := h.addrs[key]; dup && int(j) != i {
-					errs.add(fmt.Sprintf("containers[%d].networks[%d].%s", i, k, a.field), "%s on network %q is already the static address of containers[%d] %q", a.addr, n.Name, j, cs[j].Name)
+					errs.Add(fmt.Sprintf("containers[%d].networks[%d].%s", i, k, a.field), "%s on network %q is already the static address of containers[%d] %q", a.addr, n.Name, j, cs[j].Name)
 				} else if !dup {
 					h.addrs[key] = int32(i)
 				}

@@ -60,26 +60,26 @@ func (d *Declaration) Validate() error { return d.ValidateYielding(nil) }
 // ValidateYielding is Validate calling yield, when not nil, once per roster
 // name (see Roster.ValidateYielding).
 func (d *Declaration) ValidateYielding(yield func()) error {
-	var errs fieldErrors
+	var errs FaultList
 	validateHead(&errs, d.Schema, d.Machine, d.Generation)
 	switch d.MeshNames {
 	case FlagOff, FlagAuto, FlagOn:
 	default:
-		errs.add("mesh_names", "%q is not a flag; want %q, %q or %q", d.MeshNames, FlagOff, FlagAuto, FlagOn)
+		errs.Add("mesh_names", "%q is not a flag; want %q, %q or %q", d.MeshNames, FlagOff, FlagAuto, FlagOn)
 	}
 	if d.Roster == nil {
-		errs.add("roster", "is required")
+		errs.Add("roster", "is required")
 	} else if err := d.Roster.ValidateYielding(yield); err != nil {
 		for _, e := range unjoin(err) {
 			if fe, ok := e.(*FieldError); ok {
-				errs.add("roster"+prefixPath(fe.Path), "%s", fe.Reason)
+				errs.Add("roster"+prefixPath(fe.Path), "%s", fe.Reason)
 			} else {
-				errs = append(errs, e)
+				errs.AddErr(e)
 			}
 		}
 	}
 	if tooMany(&errs, "containers", len(d.Containers), MaxContainers, "containers") {
-		return errs.err() // judged no further: each would cost a machine's worth of checks
+		return errs.Err() // judged no further: each would cost a machine's worth of checks
 	}
 	index := map[string]int{}
 	var claims hostClaims
@@ -88,7 +88,7 @@ func (d *Declaration) ValidateYielding(yield func()) error {
 		validateContainer(&errs, path, c)
 		claims.check(&errs, d.Containers, i)
 		if j, dup := index[c.Name]; dup && c.Name != "" {
-			errs.add(path+".name", "%q is also the name of containers[%d]; container names are unique per machine", c.Name, j)
+			errs.Add(path+".name", "%q is also the name of containers[%d]; container names are unique per machine", c.Name, j)
 			continue
 		}
 		index[c.Name] = i
@@ -101,30 +101,30 @@ func (d *Declaration) ValidateYielding(yield func()) error {
 			path := fmt.Sprintf("containers[%d].depends_on[%d]", i, j)
 			switch k, ok := index[dep]; {
 			case !ok:
-				errs.add(path, "%q is not a container of this declaration", dep)
+				errs.Add(path, "%q is not a container of this declaration", dep)
 			case k == i:
-				errs.add(path, "%q depends on itself", dep)
+				errs.Add(path, "%q depends on itself", dep)
 			}
 		}
 	}
 	if cycle := dependencyCycle(d.Containers); cycle != nil {
 		i := index[cycle[0]]
-		errs.add(fmt.Sprintf("containers[%d].depends_on", i), "cycle: %s", strings.Join(cycle, " -> "))
+		errs.Add(fmt.Sprintf("containers[%d].depends_on", i), "cycle: %s", strings.Join(cycle, " -> "))
 	}
-	return errs.err()
+	return errs.Err()
 }
 
 // validateHead reports the faults of what a declaration and a declaration
 // delta share: schema, machine and generation.
-func validateHead(errs *fieldErrors, schema int, machine string, generation uint64) {
+func validateHead(errs *FaultList, schema int, machine string, generation uint64) {
 	if schema < 1 || schema > SchemaVersion {
-		errs.add("schema", "%d is not a schema this meshhost reads (1 to %d)", schema, SchemaVersion)
+		errs.Add("schema", "%d is not a schema this meshhost reads (1 to %d)", schema, SchemaVersion)
 	}
 	if !machineNameRE.MatchString(machine) {
-		errs.add("machine", "%q is not a machine name (lowercase letters, digits and inner hyphens, at most 63)", machine)
+		errs.Add("machine", "%q is not a machine name (lowercase letters, digits and inner hyphens, at most 63)", machine)
 	}
 	if generation == 0 {
-		errs.add("generation", "must be greater than 0")
+		errs.Add("generation", "must be greater than 0")
 	}
 }
 

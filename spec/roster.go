@@ -43,17 +43,17 @@ func (r *Roster) Validate() error { return r.ValidateYielding(nil) }
 // passes a function that steps aside while that work waits (the resolver's
 // swap does, for its sockets). spec itself never waits.
 func (r *Roster) ValidateYielding(yield func()) error {
-	var errs fieldErrors
+	var errs FaultList
 	if r.Generation == 0 {
-		errs.add("generation", "must be greater than 0")
+		errs.Add("generation", "must be greater than 0")
 	}
 	validateZones(&errs, "zones", r.Zones)
 	if len(r.Names) > MaxNames {
-		errs.add("names", "%d names; at most %d", len(r.Names), MaxNames)
-		return errs.err()
+		errs.Add("names", "%d names; at most %d", len(r.Names), MaxNames)
+		return errs.Err()
 	}
 	if r.namesValid(yield) {
-		return errs.err()
+		return errs.Err()
 	}
 	canonical := map[string]string{} // canonical name -> name as given
 	for _, name := range sortedKeys(r.Names) {
@@ -61,46 +61,46 @@ func (r *Roster) ValidateYielding(yield func()) error {
 		// formatting it for every valid one doubled Validate's time.
 		path := lazyPath{name}
 		if err := CheckName(CanonicalName(name)); err != nil {
-			errs.add(path.String(), "not a valid host name: %v", err)
+			errs.Add(path.String(), "not a valid host name: %v", err)
 			continue
 		}
 		cn := CanonicalName(name)
 		if prev, ok := canonical[cn]; ok {
-			errs.add(path.String(), "same name as %q (names are case-insensitive); keep one", prev)
+			errs.Add(path.String(), "same name as %q (names are case-insensitive); keep one", prev)
 			continue
 		}
 		canonical[cn] = name
 		addrs := r.Names[name]
 		switch {
 		case len(addrs) == 0:
-			errs.add(path.String(), "has no addresses; remove the name or give it one")
+			errs.Add(path.String(), "has no addresses; remove the name or give it one")
 		case len(addrs) > MaxAddrsPerName:
-			errs.add(path.String(), "has %d addresses; at most %d fit a DNS answer", len(addrs), MaxAddrsPerName)
+			errs.Add(path.String(), "has %d addresses; at most %d fit a DNS answer", len(addrs), MaxAddrsPerName)
 		}
 		for j := range addrs {
 			if fault := addrFault(addrs, j); fault != "" {
-				errs.add(path.index(j), "%s", fault)
+				errs.Add(path.index(j), "%s", fault)
 			}
 		}
 	}
-	return errs.err()
+	return errs.Err()
 }
 
 // validateZones reports the faults of a list of zones at path.
-func validateZones(errs *fieldErrors, path string, zones []string) {
+func validateZones(errs *FaultList, path string, zones []string) {
 	if len(zones) > MaxZones {
-		errs.add(path, "%d zones; at most %d are supported", len(zones), MaxZones)
+		errs.Add(path, "%d zones; at most %d are supported", len(zones), MaxZones)
 	}
 	seen := map[string]bool{}
 	for i, z := range zones {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		if err := CheckName(CanonicalName(z)); err != nil {
-			errs.add(p, "%v", err)
+			errs.Add(p, "%v", err)
 			continue
 		}
 		cz := CanonicalName(z)
 		if seen[cz] {
-			errs.add(p, "zone %q is listed twice", z)
+			errs.Add(p, "zone %q is listed twice", z)
 		}
 		seen[cz] = true
 	}

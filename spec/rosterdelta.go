@@ -50,9 +50,9 @@ func (d *RosterDelta) Empty() bool { return d.Len() == 0 && d.Zones == nil }
 // judges them, and zones as Roster.Validate judges them. It costs what d
 // changes, whatever the size of the roster it applies to.
 func (d *RosterDelta) Validate() error {
-	var errs fieldErrors
+	var errs FaultList
 	if d.To <= d.From {
-		errs.add("generation", "%d is not after from %d: a delta moves a roster forward", d.To, d.From)
+		errs.Add("generation", "%d is not after from %d: a delta moves a roster forward", d.To, d.From)
 	}
 	if d.Zones != nil {
 		validateZones(&errs, "zones", d.Zones)
@@ -65,20 +65,20 @@ func (d *RosterDelta) Validate() error {
 		}
 		cn := CanonicalName(name)
 		if prev, ok := seen[cn]; ok {
-			errs.add(path, "same name as %s (names are case-insensitive); keep one", prev)
+			errs.Add(path, "same name as %s (names are case-insensitive); keep one", prev)
 			continue
 		}
 		seen[cn] = path
 		addrs := d.Set[name]
 		switch {
 		case len(addrs) == 0:
-			errs.add(path, "has no addresses; remove the name instead")
+			errs.Add(path, "has no addresses; remove the name instead")
 		case len(addrs) > MaxAddrsPerName:
-			errs.add(path, "has %d addresses; at most %d fit a DNS answer", len(addrs), MaxAddrsPerName)
+			errs.Add(path, "has %d addresses; at most %d fit a DNS answer", len(addrs), MaxAddrsPerName)
 		}
 		for j := range addrs {
 			if fault := addrFault(addrs, j); fault != "" {
-				errs.add(path+"["+strconv.Itoa(j)+"]", "%s", fault)
+				errs.Add(path+"["+strconv.Itoa(j)+"]", "%s", fault)
 			}
 		}
 	}
@@ -89,17 +89,17 @@ func (d *RosterDelta) Validate() error {
 		}
 		cn := CanonicalName(name)
 		if prev, ok := seen[cn]; ok {
-			errs.add(path, "%q is also given at %s; a name is either set or removed", name, prev)
+			errs.Add(path, "%q is also given at %s; a name is either set or removed", name, prev)
 			continue
 		}
 		seen[cn] = path
 	}
-	return errs.err()
+	return errs.Err()
 }
 
-func validName(name, path string, errs *fieldErrors) bool {
+func validName(name, path string, errs *FaultList) bool {
 	if err := CheckName(CanonicalName(name)); err != nil {
-		errs.add(path, "not a valid host name: %v", err)
+		errs.Add(path, "not a valid host name: %v", err)
 		return false
 	}
 	return true
@@ -145,11 +145,20 @@ func sortedAddrs(addrs []netip.Addr) []netip.Addr {
 // whose From is not r's generation is refused with ErrDeltaBase, and r is
 // unchanged.
 //
+// A delta that would leave r more than MaxNames names is refused too
+// (CheckDeltaNames), as a whole roster of that many is: it would grow the
+// roster past the limit a few names at a time.
+//
 // r's map is changed in place: whoever holds r must own it, or no one
 // else may read it meanwhile.
 func (r *Roster) Apply(d *RosterDelta) (undo *RosterDelta, err error) {
 	if d.From != r.Generation {
 		return nil, fmt.Errorf("%w: the delta is from generation %d, the roster is generation %d", ErrDeltaBase, d.From, r.Generation)
+	}
+	if len(r.Names)+len(d.Set) > MaxNames { // else it cannot pass the limit: no need to count
+		if err := CheckDeltaNames(len(r.Names), r.namesAfter(d)); err != nil {
+			return nil, err
+		}
 	}
 	undo = &RosterDelta{From: d.To, To: d.From, Set: map[string][]netip.Addr{}}
 	if r.Names == nil {
@@ -179,6 +188,37 @@ func (r *Roster) Apply(d *RosterDelta) (undo *RosterDelta, err error) {
 	slices.Sort(undo.Remove)
 	r.Generation = d.To
 	return undo, nil
+}
+
+// namesAfter is how many names r would hold once d is applied, in time
+// proportional to d.
+func (r *Roster) namesAfter(d *RosterDelta) int {
+	n := len(r.Names)
+	for name := range d.Set {
+		if _, ok := r.Names[name]; !ok {
+			n++
+		}
+	}
+	for _, name := range d.Remove {
+		if _, ok := r.Names[name]; ok {
+			if _, set := d.Set[name]; !set {
+				n--
+			}
+		}
+	}
+	return n
+}
+
+// CheckDeltaNames refuses a roster delta that takes a roster of before
+// names to after names, more than MaxNames, with a *FieldError at its
+// "set": the limit of a whole roster (Roster.Validate) holds for one made
+// by deltas too. Roster.Apply checks it; so does anyone who applies deltas
+// to a roster of their own making (the resolver's tables).
+func CheckDeltaNames(before, after int) error {
+	if after <= MaxNames {
+		return nil
+	}
+	return &FieldError{Path: "set", Reason: fmt.Sprintf("the roster would hold %d names after this delta (%d before); at most %d", after, before, MaxNames)}
 }
 
 // Then returns the delta that applies d and then e (e.From must be d.To),
@@ -278,20 +318,20 @@ type DeclarationDelta struct {
 // Validate reports every fault of d, each a *FieldError naming its path
 // (roster_delta.set["a..b"]), in time proportional to d.
 func (d *DeclarationDelta) Validate() error {
-	var errs fieldErrors
+	var errs FaultList
 	validateHead(&errs, d.Schema, d.Machine, d.Generation)
 	if d.Roster == nil {
-		errs.add("roster_delta", "is required")
+		errs.Add("roster_delta", "is required")
 	} else if err := d.Roster.Validate(); err != nil {
 		for _, e := range unjoin(err) {
 			if fe, ok := e.(*FieldError); ok {
-				errs.add("roster_delta"+prefixPath(fe.Path), "%s", fe.Reason)
+				errs.Add("roster_delta"+prefixPath(fe.Path), "%s", fe.Reason)
 			} else {
-				errs = append(errs, e)
+				errs.AddErr(e)
 			}
 		}
 	}
-	return errs.err()
+	return errs.Err()
 }
 
 type rosterDeltaDoc struct {

@@ -53,7 +53,7 @@ func defineAgent(env *environment, fs *flag.FlagSet) runner { return defineAgent
 // read and checked, and passes checked the file's keys applied (`meshhost
 // config check`).
 func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config string, keys []string)) runner {
-	configPath := fs.String("config", "", "a configuration `FILE` (TOML) whose keys are this command's flags, e.g. /etc/meshhost/agent.toml; flags given here win over it; `meshhost config check` checks it")
+	configPath := fs.String("config", "", "a configuration `FILE` (TOML) whose keys are this command's flags, e.g. /etc/meshhost/agent.toml; flags given here win over it; meshhost config check checks it")
 	declPath := fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes, and read again on SIGHUP")
 	natsURL := fs.String("source", "", "a NATS JetStream roster source, nats://HOST:4222 (see --nats-*): the roster and this machine's declaration are watched in its buckets")
 	natsOpts := addNATSFlags(fs)
@@ -65,8 +65,8 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 	socket := fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST); while it does not answer the agent waits for it, retrying")
 	resolverAt := fs.String("resolver", "embedded", "where the resolver runs: \"embedded\" (in this process: containers lose DNS whenever the agent stops) or unix:PATH, the control socket of meshhost-resolver, which outlives the agent (packaging/systemd runs it so)")
 	interval := fs.Duration("interval", 30*time.Second, "time between periodic passes (a failed pass is retried sooner: 1s, doubling up to this)")
-	budget := fs.Int("budget", reconcile.DefaultBudget.Max, "replacements allowed per budget window")
-	holdAbove := fs.Int("hold-above", agent.DefaultHoldAbove, "hold a declaration whose plan would replace more than N containers until `meshhost approve GEN` (0 never holds)")
+	budget := fs.Int("budget", reconcile.DefaultBudget.Max, "replacements and removals allowed per budget window")
+	holdAbove := fs.Int("hold-above", agent.DefaultHoldAbove, "hold a declaration whose plan would replace and remove more than `N` containers (together) until meshhost approve GEN (0 never holds)")
 	window := fs.Duration("budget-window", reconcile.DefaultBudget.Window, "the replacement budget's window")
 	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local resolver address (assigned to lo) for routed networks")
 	loopback := fs.String("loopback", migrations.DefaultLoopback, "the loopback address (127.0.0.0/8) where the resolver serves aardvark-dns's forwarded queries, for DNS-enabled networks (podman 4.4 and later)")
@@ -138,7 +138,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 		uri := ""
 		if *runtimeKind == "podman" {
 			if uri = podmanSocket(env, *socket); uri == "" {
-				return exitUsage, errors.New("no podman socket: pass --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
+				return exitError, errNoPodman // a dependency missing, as for every command
 			}
 		}
 		logger, err := logging.New(env.stderr, logging.Options{Format: logFlags.Format, Level: &level})

@@ -31,7 +31,7 @@ import (
 
 func init() {
 	register(command{name: "status", summary: "the declaration in force, a blast-radius hold, a freeze, the migration flag", define: defineStatus})
-	register(command{name: "approve", use: "GEN", args: cobra.ExactArgs(1), summary: "let held declaration generation GEN go ahead, paced by the replacement budget", define: defineApprove})
+	register(command{name: "approve", use: "GEN", args: cobra.ExactArgs(1), summary: "let declaration generation GEN, the one held (meshhost status), go ahead, paced by the replacement budget", define: defineApprove})
 	register(command{name: "freeze", summary: "no container is created, replaced or removed until unfreeze; DNS keeps serving", define: defineFreeze})
 	register(command{name: "unfreeze", summary: "let passes apply their plans again", define: defineUnfreeze})
 	register(command{name: "rollback", use: "GEN", args: cobra.ExactArgs(1), summary: "re-issue journaled declaration GEN as a new generation, through the same plan, hold and budget",
@@ -138,12 +138,15 @@ func defineStatus(env *environment, fs *flag.FlagSet) runner {
 			for _, r := range out.Held.Replacements {
 				fmt.Fprintf(w, "  replace %s: %s\n", r.Container, r.Reason)
 			}
+			for _, r := range out.Held.Removals {
+				fmt.Fprintf(w, "  remove %s: %s\n", r.Container, r.Reason)
+			}
 		case out.Held != nil:
 			fmt.Fprintf(w, "%s\n", out.Held)
 		case out.HoldAbove == 0:
 			fmt.Fprintln(w, "blast-radius hold: off (--hold-above 0)")
 		default:
-			fmt.Fprintf(w, "blast-radius hold: a declaration replacing more than %d containers waits for meshhost approve\n", out.HoldAbove)
+			fmt.Fprintf(w, "blast-radius hold: a declaration replacing and removing more than %d containers waits for meshhost approve\n", out.HoldAbove)
 		}
 		if out.Frozen != nil {
 			fmt.Fprintf(w, "FROZEN since %s", out.Frozen.Since.UTC().Format(time.RFC3339))
@@ -181,6 +184,20 @@ func defineApprove(env *environment, fs *flag.FlagSet) runner {
 		if err != nil {
 			return 1, err
 		}
+		// Only the declaration held may be approved: an approval of any
+		// other generation would wait for it, and let a future push of
+		// that generation skip the hold unseen.
+		st, err := agent.LoadStatus(dir)
+		switch {
+		case err != nil:
+			return 1, err
+		case st == nil:
+			return 1, fmt.Errorf("declaration %d is not held: the agent has written no status in %s yet, so nothing is (meshhost status)", gen, dir.Path())
+		case st.Held == nil:
+			return 1, fmt.Errorf("declaration %d is not held: nothing is (declaration %d is in force; meshhost status)", gen, st.Generation)
+		case st.Held.Generation != gen:
+			return 1, fmt.Errorf("declaration %d is not held: the declaration held is %d (meshhost status shows what it would change)", gen, st.Held.Generation)
+		}
 		if err := agent.ApproveDeclaration(dir, gen); err != nil {
 			return 1, err
 		}
@@ -188,9 +205,6 @@ func defineApprove(env *environment, fs *flag.FlagSet) runner {
 			return 0, json.NewEncoder(env.stdout).Encode(map[string]uint64{"approved": gen})
 		}
 		fmt.Fprintf(env.stdout, "declaration %d approved: the agent applies it on its next pass, paced by the replacement budget\n", gen)
-		if st, _ := agent.LoadStatus(dir); st != nil && st.Held.Held() && st.Held.Generation != gen {
-			fmt.Fprintf(env.stdout, "(note: the declaration held is %d, not %d)\n", st.Held.Generation, gen)
-		}
 		return 0, nil
 	}
 }

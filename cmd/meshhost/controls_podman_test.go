@@ -111,13 +111,14 @@ func TestHoldAndFreezeOnPodman(t *testing.T) {
 	}
 
 	// Frozen: declaration 3 moves the roster (copy mode: both containers'
-	// hosts change) and db's env; approved at once, it still waits for
-	// the unfreeze.
+	// hosts change) and db's env; held, and approved at once (only the
+	// declaration held may be approved), it still waits for the
+	// unfreeze.
 	if code, out := cli("freeze", "--reason", "test"); code != 0 {
 		t.Fatalf("meshhost freeze = %d: %s", code, out)
 	}
-	if code, out := cli("approve", "3"); code != 0 {
-		t.Fatalf("meshhost approve 3 = %d: %s", code, out)
+	if code, out := cli("approve", "3"); code != 1 || !strings.Contains(out, "declaration 3 is not held") {
+		t.Errorf("meshhost approve 3 before it is pushed = %d: %s; want 1: not held", code, out)
 	}
 	dbID, webID = idOf(db), idOf(web)
 	pushDeclaration(t, push, strings.Replace(decl(3, "b"), `"env": {"ROLE": "b"}`, `"env": {"ROLE": "c"}`, 1))
@@ -125,6 +126,13 @@ func TestHoldAndFreezeOnPodman(t *testing.T) {
 		return lookup(dnsAddr, "n3.internal.") == "10.1.1.1"
 	})
 	eventually(t, "the report says frozen", 10*time.Second, func() bool { return strings.Contains(get("/v1/report"), `"frozen":true`) })
+	eventually(t, "declaration 3 is held", 10*time.Second, func() bool {
+		_, out := cli("status")
+		return strings.Contains(out, "HELD: declaration 3 held")
+	})
+	if code, out := cli("approve", "3"); code != 0 {
+		t.Fatalf("meshhost approve 3 = %d: %s", code, out)
+	}
 	time.Sleep(3 * time.Second)
 	if idOf(db) != dbID || idOf(web) != webID {
 		t.Fatalf("frozen, containers were replaced")

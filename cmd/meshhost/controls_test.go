@@ -246,3 +246,107 @@ func TestControlsRefuseAMissingStateDir(t *testing.T) {
 		}
 	}
 }
+
+// TestApproveOnlyTheHeld: meshhost approve GEN refuses (exit 1, a JSON
+// error with --output json) any generation but the one held, saying what
+// is held, and records nothing: approving a generation not held yet once
+// let its push skip the hold unseen.
+func TestApproveOnlyTheHeld(t *testing.T) {
+	f := newControlsFixture(t)
+	approved := func() uint64 { return agent.ApprovedDeclaration(statedir.New(f.state)) }
+	steps := []struct {
+		name   string
+		before func()
+		gen    string
+		code   int
+		error  string // with --output json; "" for none
+	}{
+		{name: "no status yet", gen: "1", code: 1,
+			error: "declaration 1 is not held: the agent has written no status in " + f.state + " yet, so nothing is (meshhost status)"},
+		{name: "nothing held", before: func() { f.offer(controlsDecl(1, "busybox:1")); f.pass() }, gen: "1", code: 1,
+			error: "declaration 1 is not held: nothing is (declaration 1 is in force; meshhost status)"},
+		{name: "a future generation", gen: "2", code: 1,
+			error: "declaration 2 is not held: nothing is (declaration 1 is in force; meshhost status)"},
+		{name: "another generation than the one held", before: func() { f.offer(controlsDecl(2, "busybox:2")); f.pass() }, gen: "3", code: 1,
+			error: "declaration 3 is not held: the declaration held is 2 (meshhost status shows what it would change)"},
+		{name: "the one held", gen: "2", code: 0},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			if st.before != nil {
+				st.before()
+			}
+			was := approved()
+			code, out, errOut := f.cli("approve", st.gen, "--output", "json")
+			if code != st.code {
+				t.Fatalf("approve %s = exit %d, want %d\n%s%s", st.gen, code, st.code, out, errOut)
+			}
+			if st.code == 0 {
+				if got := approved(); fmt.Sprint(got) != st.gen {
+					t.Errorf("approved after approve %s = %d", st.gen, got)
+				}
+				return
+			}
+			var got struct{ Error string }
+			if err := json.Unmarshal([]byte(out), &got); err != nil || got.Error != st.error {
+				t.Errorf("approve %s --output json = %s (%v), want the error %q", st.gen, out, err, st.error)
+			}
+			if now := approved(); now != was {
+				t.Errorf("a refused approve %s recorded approval %d (was %d)", st.gen, now, was)
+			}
+		})
+	}
+	// The refused pre-approval of 2 did not let 2 skip the hold, and the
+	// approval of the one held lets it go ahead.
+	if rep := f.pass(); rep.Held == nil || !rep.Held.Approved || f.images() != "cache=busybox:2 db=busybox:2 web=busybox:2" {
+		t.Errorf("after approve 2: hold %+v, containers %s; want approved and applied", rep.Held, f.images())
+	}
+}
+
+// TestHoldOfRemovalsThroughTheCommands: a declaration removing every
+// container is held, and meshhost status and plan say what it would
+// remove.
+func TestHoldOfRemovalsThroughTheCommands(t *testing.T) {
+	f := newControlsFixture(t)
+	f.offer(controlsDecl(1, "busybox:1"))
+	f.pass()
+	f.offer([]byte(`{"schema": 1, "machine": "ace", "generation": 2, "mesh_names": "off",
+	  "roster": {"generation": 2, "zones": ["internal"], "names": {"a.internal": ["10.9.0.1"]}}, "containers": []}`))
+	if rep := f.pass(); !rep.Held.Held() || f.images() != "cache=busybox:1 db=busybox:1 web=busybox:1" {
+		t.Fatalf("the agent: held %+v, containers %s; want held and nothing removed", rep.Held, f.images())
+	}
+	held := "declaration 2 held: it would remove 3 containers, more than --hold-above 2"
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"status"}, []string{"HELD: " + held, "  remove db: no longer declared", "  remove web: no longer declared"}},
+		{[]string{"plan"}, []string{held}},
+	} {
+		t.Run(tc.args[0], func(t *testing.T) {
+			_, out, errOut := f.cli(tc.args...)
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("meshhost %v does not say %q:\n%s%s", tc.args, w, out, errOut)
+				}
+			}
+		})
+	}
+}
+
+// TestMigratePauseResumeSay: migrate pause and resume say what they did
+// (they printed nothing, and nothing with --output json either).
+func TestMigratePauseResumeSay(t *testing.T) {
+	f := newControlsFixture(t)
+	for _, tc := range []struct{ sub, want string }{
+		{"pause", "migration paused: no container changes its name mode"},
+		{"pause", "migration paused"}, // again: still paused, no fault
+		{"resume", "migration resumed"},
+	} {
+		t.Run(tc.sub, func(t *testing.T) {
+			if code, out, errOut := f.cli("migrate", tc.sub); code != 0 || !strings.HasPrefix(out, tc.want) {
+				t.Errorf("migrate %s = exit %d, %q%s; want 0 and %q", tc.sub, code, out, errOut, tc.want)
+			}
+		})
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/meshhost/meshhost/internal/demo"
 	"github.com/meshhost/meshhost/spec"
 )
@@ -60,30 +62,97 @@ func TestDemoJSON(t *testing.T) {
 }
 
 // TestExitCodes: one table for every command (the README's): 0 ok, 1
-// error, 2 the plan has changes, 3 a probe failed, 64 usage; help goes to
-// stdout.
+// error (a dependency missing, as podman's socket, included), 2 the plan
+// has changes, 3 a probe failed, 64 usage; help goes to stdout. Exit 2
+// and 3 need a runtime: TestGoldenJSON and the podman tests check them.
 func TestExitCodes(t *testing.T) {
-	if code, out, _ := runCLI(t, nil); code != 0 || !strings.Contains(out, "Available Commands") {
-		t.Errorf("meshhost (no command) = exit %d, want 0 and the help on stdout:\n%s", code, out)
+	state := t.TempDir()
+	decl := filepath.Join(t.TempDir(), "declaration.json")
+	if err := os.WriteFile(decl, controlsDecl(1, "busybox:1"), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if code, out, _ := runCLI(t, nil, "plan", "--help"); code != 0 || !strings.Contains(out, "--hold-above") {
-		t.Errorf("meshhost plan --help = exit %d, want 0 and the flags on stdout:\n%s", code, out)
-	}
-	for _, args := range [][]string{
-		{"no-such-command"},
-		{"demo", "--output", "yaml"},
-		{"demo", "--no-such-flag"},
-		{"explain"},
-		{"approve", "x"},
-		{"migrate", "sideways"},
+	typo := filepath.Join(state, "typo")
+	const noPodman = "no podman socket"
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string // a substring of stdout, when not ""
+		stderr string // a substring of stderr, when not ""
+	}{
+		{name: "no command", args: nil, code: 0, stdout: "Available Commands"},
+		{name: "help", args: []string{"plan", "--help"}, code: 0, stdout: "--hold-above"},
+		{name: "version", args: []string{"version"}, code: 0},
+		{name: "completion", args: []string{"completion", "bash"}, code: 0, stdout: "meshhost"},
+
+		{name: "unknown command", args: []string{"no-such-command"}, code: 64},
+		{name: "unknown flag", args: []string{"demo", "--no-such-flag"}, code: 64},
+		{name: "unknown output", args: []string{"demo", "--output", "yaml"}, code: 64},
+		{name: "an argument missing", args: []string{"explain"}, code: 64},
+		{name: "a bad argument", args: []string{"approve", "x"}, code: 64},
+		{name: "an unknown subcommand", args: []string{"migrate", "sideways"}, code: 64},
+		{name: "completion of an unknown shell", args: []string{"completion", "bogus"}, code: 64, stderr: `invalid argument "bogus"`},
+		{name: "completion of no shell", args: []string{"completion"}, code: 64},
+
+		{name: "plan without podman", args: []string{"plan", "--state", state, "--declaration", decl}, code: 1, stderr: noPodman},
+		{name: "explain without podman", args: []string{"explain", "web", "--state", state, "--declaration", decl}, code: 1, stderr: noPodman},
+		{name: "probe without podman", args: []string{"probe"}, code: 1, stderr: noPodman},
+		{name: "dns-check without podman", args: []string{"dns-check", "web", "a.internal", "--state", state}, code: 1, stderr: noPodman},
+		{name: "agent without podman", args: []string{"agent", "--state", state}, code: 1, stderr: noPodman},
+
+		{name: "status, no state directory", args: []string{"status", "--state", typo}, code: 1, stderr: "does not exist"},
+		{name: "dns-check, no state directory", args: []string{"dns-check", "web", "a.internal", "--state", typo}, code: 1, stderr: "does not exist"},
+		{name: "probe, no state directory", args: []string{"probe", "--state", typo}, code: 1, stderr: "does not exist"},
 	} {
-		if code, _, _ := runCLI(t, nil, args...); code != 64 {
-			t.Errorf("meshhost %v = exit %d, want 64 (usage)", args, code)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, nil, tc.args...)
+			if code != tc.code {
+				t.Errorf("meshhost %v = exit %d, want %d\n%s%s", tc.args, code, tc.code, out, errOut)
+			}
+			if !strings.Contains(out, tc.stdout) {
+				t.Errorf("meshhost %v: stdout does not say %q:\n%s", tc.args, tc.stdout, out)
+			}
+			if !strings.Contains(errOut, tc.stderr) {
+				t.Errorf("meshhost %v: stderr does not say %q:\n%s", tc.args, tc.stderr, errOut)
+			}
+		})
+	}
+	if _, err := os.Stat(typo); err == nil {
+		t.Error("a command made the state directory it was given")
 	}
 	code, out, _ := runCLI(t, nil, "version", "--output", "json")
 	if code != 0 || !strings.Contains(out, `"digest_version":"v1"`) {
 		t.Errorf("meshhost version --output json = exit %d, %s", code, out)
+	}
+}
+
+// TestJSONErrorListsEveryFault: with --output json, an error lists every
+// fault of a declaration, though the error says which file it came from
+// (the faults joined below that wrapper were reported as one).
+func TestJSONErrorListsEveryFault(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	doc := strings.Replace(string(controlsDecl(1, "busybox:1")), `{"name": "db", "image": "busybox:1"}`, `{"name": "db", "image": ""}`, 1)
+	doc = strings.Replace(doc, `{"name": "web", "image": "busybox:1"}`, `{"name": "web", "image": "busybox:1", "stop_timeout": "6o s"}`, 1)
+	if err := os.WriteFile(bad, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, nil, "plan", "--state", t.TempDir(), "--declaration", bad, "--output", "json")
+	if code != 1 {
+		t.Fatalf("plan of a faulty declaration = exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	var got struct {
+		Error  string
+		Faults []spec.FieldError
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	want := []spec.FieldError{ // reading faults first, then validation's
+		{Path: "containers[1].stop_timeout", Reason: `"6o s" is not a duration (write e.g. "30s" or "2m")`},
+		{Path: "containers[0].image", Reason: `"" is not an image reference`},
+	}
+	if diff := cmp.Diff(want, got.Faults); diff != "" || !strings.HasPrefix(got.Error, bad+": ") {
+		t.Errorf("plan --output json error %q; faults (-want +got):\n%s", got.Error, diff)
 	}
 }
 

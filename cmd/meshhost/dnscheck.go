@@ -46,9 +46,13 @@ func defineDNSCheck(env *environment, fs *flag.FlagSet) runner {
 		if *output != "text" && *output != "json" {
 			return exitUsage, fmt.Errorf("--output %q: want text or json", *output)
 		}
+		dir, err := existingState(*state) // before podman: a typo is said first
+		if err != nil {
+			return exitError, err
+		}
 		uri := podmanSocket(env, *socket)
 		if uri == "" {
-			return exitUsage, errors.New("no podman socket: pass --podman or set MESHHOST_PODMAN_SOCKET")
+			return exitError, errNoPodman
 		}
 		rt, err := podman.New(ctx, uri, nil)
 		if err != nil {
@@ -60,7 +64,7 @@ func defineDNSCheck(env *environment, fs *flag.FlagSet) runner {
 		}
 		// Without the roster in force the lookups are still made and
 		// judged, but not against the roster: the output says why.
-		roster, rosterErr := agent.ServedRoster(ctx, statedir.New(*state), *resolverAt)
+		roster, rosterErr := agent.ServedRoster(ctx, dir, *resolverAt)
 		if rosterErr == nil && roster == nil {
 			rosterErr = errors.New("the agent's resolver serves no roster yet")
 		}

@@ -70,7 +70,7 @@ func goldenNormalize(t *testing.T, out, state string) string {
 }
 
 // TestGoldenJSON runs every command whose JSON an in-memory agent can
-// produce, and compares what it prints with testdata/golden/NAME.json
+// produce (migrate pause and resume, and config check, included), and compares what it prints with testdata/golden/NAME.json
 // (go test -run TestGoldenJSON -update rewrites them). Keys are snake_case,
 // durations float seconds named *_seconds, times RFC 3339. probe and
 // dns-check need podman, publish a NATS server: their JSON is covered by
@@ -82,6 +82,10 @@ func TestGoldenJSON(t *testing.T) {
 	next := controlsDecl(2, "busybox:2")
 	file := filepath.Join(t.TempDir(), "next.json")
 	if err := os.WriteFile(file, next, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(f.state, "agent.toml") // in the state directory: its path normalized
+	if err := os.WriteFile(config, []byte("runtime = \"memory\"\nbudget = 9\nhold-above = 2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	steps := []struct {
@@ -104,6 +108,9 @@ func TestGoldenJSON(t *testing.T) {
 		{name: "roster-accept", args: []string{"roster", "accept", "3"}},
 		{name: "rollback", args: []string{"rollback", "1", "--push", "unix:" + f.push}},
 		{name: "migrate-status", args: []string{"migrate", "status"}, code: exitError},
+		{name: "migrate-pause", args: []string{"migrate", "pause"}},
+		{name: "migrate-resume", args: []string{"migrate", "resume"}},
+		{name: "config-check", args: []string{"config", "check", "--config", config}},
 		{name: "version", args: []string{"version"}, bare: true},
 		{name: "demo", args: []string{"demo"}, bare: true},
 		{name: "error", args: []string{"approve", "9", "--state", filepath.Join(f.state, "typo")}, code: exitError, bare: true},

@@ -79,7 +79,7 @@ func (env *environment) runtime(ctx context.Context, uri string) (reconcile.Runt
 		return env.openRuntime(ctx, uri)
 	}
 	if uri == "" {
-		return nil, false, errors.New("no podman socket: pass --podman or set MESHHOST_PODMAN_SOCKET")
+		return nil, false, errNoPodman
 	}
 	rt, inPlace, err := openPodman(ctx, uri, nil)
 	if err != nil {
@@ -87,6 +87,11 @@ func (env *environment) runtime(ctx context.Context, uri string) (reconcile.Runt
 	}
 	return rt, inPlace, nil
 }
+
+// errNoPodman is the error of every command that needs podman and was
+// told of no socket: a dependency missing, exit 1 (not a usage error: the
+// command line may be right, and the environment lack the variable).
+var errNoPodman = errors.New("no podman socket: pass --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
 
 var commands = map[string]command{}
 
@@ -199,6 +204,10 @@ func newRoot(ctx context.Context, env *environment, out *outcome) *cobra.Command
 	root.SetErr(env.stderr)
 	root.SetContext(ctx)
 	root.SetVersionTemplate("meshhost {{.Version}}\n")
+	// meshhost completion is a command of its own (completion.go), which
+	// refuses a shell it does not know; cobra's printed its help and
+	// exited 0 for any word.
+	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	names := make([]string, 0, len(commands))
 	for n := range commands {

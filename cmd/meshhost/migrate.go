@@ -47,10 +47,22 @@ func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 			return 1, err
 		}
 		switch sub {
-		case "pause":
-			return 0, gate.Pause()
-		case "resume":
-			return 0, gate.Resume()
+		case "pause", "resume":
+			change, done := gate.Pause, "paused: no container changes its name mode (the switch, either way) until meshhost migrate resume"
+			if sub == "resume" {
+				change, done = gate.Resume, "resumed: containers switch name mode as the flag and the probes say"
+			}
+			if err := change(); err != nil {
+				return exitError, err
+			}
+			st := gate.State()
+			if *output == "json" {
+				return exitOK, json.NewEncoder(env.stdout).Encode(struct {
+					State migrateStateJSON `json:"state"`
+				}{migrateStateOf(st)})
+			}
+			fmt.Fprintf(env.stdout, "migration %s\n", done)
+			return exitOK, nil
 		case "status":
 		}
 

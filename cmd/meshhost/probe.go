@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -49,10 +48,6 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 	binary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the whole probe")
 	return func(ctx context.Context, args []string) (int, error) {
-		*socket = podmanSocket(env, *socket)
-		if *socket == "" {
-			return exitUsage, errors.New("no podman socket: give --podman unix:///run/podman/podman.sock or set MESHHOST_PODMAN_SOCKET")
-		}
 		nl, err := netip.ParseAddr(*nodeLocal)
 		if err != nil {
 			return exitUsage, fmt.Errorf("--node-local: %w", err)
@@ -60,6 +55,22 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 		lo, err := netip.ParseAddr(*loopback)
 		if err != nil {
 			return exitUsage, fmt.Errorf("--loopback: %w", err)
+		}
+		// The state directory before anything is imported or started: a
+		// typo must not cost a probe run, and its results.
+		var gate *migrations.Gate
+		if *stateDir != "" {
+			dir, err := existingState(*stateDir)
+			if err != nil {
+				return exitError, err
+			}
+			if gate, err = migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations()}); err != nil {
+				return exitError, err
+			}
+		}
+		*socket = podmanSocket(env, *socket)
+		if *socket == "" {
+			return exitError, errNoPodman
 		}
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
@@ -98,15 +109,7 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 			return 1, err
 		}
 		var prefer map[string]migrations.Strategy
-		var gate *migrations.Gate
-		if *stateDir != "" {
-			dir, err := existingState(*stateDir)
-			if err != nil {
-				return exitError, err
-			}
-			if gate, err = migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations()}); err != nil {
-				return 1, err
-			}
+		if gate != nil {
 			prefer = gate.Strategies()
 		}
 		nets, err := p.Networks(ctx)

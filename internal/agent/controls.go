@@ -24,8 +24,8 @@ import (
 // the freeze).
 
 // DefaultHoldAbove is the agent's --hold-above: a declaration whose plan
-// would replace more containers than this is held until an operator
-// approves it.
+// would replace and remove more containers than this (together) is held
+// until an operator approves it.
 const DefaultHoldAbove = 5
 
 // ApprovedDeclaration returns the declaration generation the operator let
@@ -93,7 +93,9 @@ func SetFrozen(dir statedir.Dir, f *Freeze) error {
 //
 // History:
 //
-//	1: first version.
+//	1: first version. Later, held.removals (a hold counts removals too):
+//	   added without a new version, as a reader that does not know it
+//	   ignores it.
 type Status struct {
 	Version int `json:"version"`
 	// HoldAbove is the agent's --hold-above (0: no hold).
@@ -102,8 +104,8 @@ type Status struct {
 	Generation       uint64 `json:"generation"`
 	RosterGeneration uint64 `json:"roster_generation"`
 	// Held is the blast-radius hold of the declaration in force, when its
-	// plan replaces more than HoldAbove containers (Approved once the
-	// operator approved it).
+	// plan replaces and removes more than HoldAbove containers (Approved
+	// once the operator approved it).
 	Held   *pass.Hold `json:"held,omitempty"`
 	Frozen bool       `json:"frozen,omitempty"`
 }
@@ -176,27 +178,34 @@ func (a *Agent) controlsLocked(decl *spec.Declaration, rosterGen uint64, h *pass
 	prev := a.hold
 	switch {
 	case h.Held() && (!prev.Held() || prev.Generation != h.Generation):
-		names := make([]string, 0, len(h.Replacements))
-		for _, r := range h.Replacements {
-			names = append(names, r.Container)
-		}
-		a.log.Error(h.String(), "declaration_generation", h.Generation, "replacements", len(h.Replacements),
-			"hold_above", h.HoldAbove, "containers", strings.Join(names, ","))
+		a.log.Error(h.String(), "declaration_generation", h.Generation, "replacements", len(h.Replacements), "removals", len(h.Removals),
+			"hold_above", h.HoldAbove, "containers", containerNames(h.Replacements), "removed", containerNames(h.Removals))
 	case h != nil && h.Approved && (prev == nil || !prev.Approved || prev.Generation != h.Generation):
-		a.log.Warn("held declaration approved by the operator: it goes ahead, paced by the replacement budget", "declaration_generation", h.Generation, "replacements", len(h.Replacements))
+		a.log.Warn("held declaration approved by the operator: it goes ahead, paced by the replacement budget", "declaration_generation", h.Generation,
+			"replacements", len(h.Replacements), "removals", len(h.Removals))
 	case h == nil && prev.Held():
-		a.log.Info("the hold is lifted: the declaration in force replaces at most --hold-above containers", "declaration_generation", decl.Generation, "held_declaration_generation", prev.Generation)
+		a.log.Info("the hold is lifted: the declaration in force replaces and removes at most --hold-above containers", "declaration_generation", decl.Generation, "held_declaration_generation", prev.Generation)
 	}
 	a.hold = h
 	a.metrics.held.Set(b2f(h.Held()))
-	n := 0
+	var replacements, removals int
 	if h.Held() {
-		n = len(h.Replacements)
+		replacements, removals = len(h.Replacements), len(h.Removals)
 	}
-	a.metrics.heldReplacements.Set(float64(n))
+	a.metrics.heldReplacements.Set(float64(replacements))
+	a.metrics.heldRemovals.Set(float64(removals))
 	// What the alert on replacements pending reads, next to the budget's.
-	a.cfg.Reconciler.ReportHeld(n)
+	a.cfg.Reconciler.ReportHeld(replacements + removals)
 	a.writeStatusLocked(Status{HoldAbove: a.cfg.HoldAbove, Generation: decl.Generation, RosterGeneration: rosterGen, Held: h, Frozen: frozen})
+}
+
+// containerNames lists the containers of rs, comma-separated.
+func containerNames(rs []pass.Replacement) string {
+	names := make([]string, 0, len(rs))
+	for _, r := range rs {
+		names = append(names, r.Container)
+	}
+	return strings.Join(names, ",")
 }
 
 func b2f(b bool) float64 {

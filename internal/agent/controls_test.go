@@ -160,6 +160,42 @@ func TestBlastRadiusHold(t *testing.T) {
 	}
 }
 
+// TestBlastRadiusHoldCountsRemovals: a declaration that removes every
+// container is held as one that replaces them (it was neither held nor
+// paced), and says so in the report, the metrics and the log line;
+// approved, the budget paces its removals.
+func TestBlastRadiusHoldCountsRemovals(t *testing.T) {
+	f, reg, logs := holdFixture(t)
+	ctx := context.Background()
+	f.push(t, declarationEnv(1, spec.FlagOn, 6, 10, "a"))
+	rep := f.push(t, declaration(2, spec.FlagOn, 0, 10))
+	if !rep.Held.Held() || len(rep.Held.Removals) != 6 || len(rep.Held.Replacements) != 0 {
+		t.Fatalf("report's hold = %+v, want declaration 2 held for 6 removals", rep.Held)
+	}
+	if n := len(ids(f.rt)); n != 6 {
+		t.Errorf("a held declaration left %d containers of 6", n)
+	}
+	if g, r, m, p := gauge(t, reg, "meshhost_agent_declaration_held"), gauge(t, reg, "meshhost_agent_held_replacements"),
+		gauge(t, reg, "meshhost_agent_held_removals"), pendingHeld(t, reg); g != 1 || r != 0 || m != 6 || p != 6 {
+		t.Errorf("held metrics = held %v, replacements %v, removals %v, pending held %v; want 1, 0, 6, 6", g, r, m, p)
+	}
+	for _, want := range []string{"declaration 2 held: it would remove 6 containers, more than --hold-above 3", "removals=6", "removed=app5,app4,app3,app2,app1,app0"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the hold's log line does not say %q:\n%s", want, logs)
+		}
+	}
+	if err := ApproveDeclaration(statedir.New(f.state), 2); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.agent.Pass(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Result == nil || rep.Result.Count(reconcile.Remove) != 2 || rep.Result.Deferred != 4 || len(ids(f.rt)) != 4 {
+		t.Errorf("approved, with a budget of 2: result %+v, %d containers left; want 2 removed, 4 deferred", rep.Result, len(ids(f.rt)))
+	}
+}
+
 // TestBlastRadiusHoldCountsTheMigrationSwitch: switching the flag from
 // off to on replaces every container once (copy to resolve mode): that is
 // a blast radius like any other, and is held too.

@@ -16,6 +16,7 @@ type metrics struct {
 
 	held             prometheus.Gauge
 	heldReplacements prometheus.Gauge
+	heldRemovals     prometheus.Gauge
 	frozen           prometheus.Gauge
 }
 
@@ -42,10 +43,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "When the last pass that succeeded ended (Unix time), 0 before the first; alert on its age: the machine has not converged since.",
 		}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "meshhost_agent_declaration_held", Help: "1 while the declaration in force is held for replacing more than --hold-above containers (meshhost approve GEN releases it).",
+			Name: "meshhost_agent_declaration_held", Help: "1 while the declaration in force is held for replacing and removing more than --hold-above containers (meshhost approve GEN releases it).",
 		}),
 		heldReplacements: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshhost_agent_held_replacements", Help: "Replacements the held declaration would make; 0 when none is held.",
+		}),
+		heldRemovals: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_agent_held_removals", Help: "Removals the held declaration would make; 0 when none is held.",
 		}),
 		frozen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshhost_agent_frozen", Help: "1 while the machine is frozen (meshhost freeze): no container is created, replaced or removed.",
@@ -54,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.passes.WithLabelValues("ok") // both results at 0 from the start
 	m.passes.WithLabelValues("error")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.lastSuccess, m.held, m.heldReplacements, m.frozen} {
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.lastSuccess, m.held, m.heldReplacements, m.heldRemovals, m.frozen} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

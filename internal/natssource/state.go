@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/meshhost/meshhost/spec"
 )
 
 // Change is what one applied commit changed in the roster in force: the
@@ -250,7 +252,7 @@ func (s *rosterState) evaluate() (*Change, error) {
 		updates = append(updates, update{name, vs[i].addrs})
 	}
 	if len(faults) > 0 {
-		return nil, fail(reasonInvalid, errors.Join(faults...))
+		return nil, fail(reasonInvalid, spec.JoinFaults(faults...))
 	}
 
 	ch := &Change{Generation: c.Generation, Previous: s.gen, Revision: c.Revision, Set: map[string][]netip.Addr{}, Zones: c.Zones,

@@ -151,9 +151,9 @@ func readDeclaration(rep *strictjson.Report, v strictjson.Value, roster *spec.Ro
 // what could be read, leaving out validation faults at or below a path that
 // already has a reading fault (a missing name is not also a bad name).
 func mergeFaults(rep strictjson.Report, validation error) error {
-	var errs faultList
+	var errs spec.FaultList
 	for _, f := range rep.Faults {
-		errs.add(f.Path, "%s", f.Reason)
+		errs.Add(f.Path, "%s", f.Reason)
 	}
 	if validation != nil {
 		for _, e := range unjoin(validation) {
@@ -163,10 +163,10 @@ func mergeFaults(rep strictjson.Report, validation error) error {
 			}) {
 				continue
 			}
-			errs = append(errs, e)
+			errs.AddErr(e)
 		}
 	}
-	return errs.err()
+	return errs.Err()
 }
 
 func unjoin(err error) []error {

@@ -15,7 +15,6 @@
 package specjson
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/meshhost/meshhost/spec"
@@ -42,13 +41,3 @@ func CheckSize(n int64) error {
 	}
 	return nil
 }
-
-// faultList collects *spec.FieldError values, so that a document reports
-// every fault at once.
-type faultList []error
-
-func (l *faultList) add(path, format string, args ...any) {
-	*l = append(*l, &spec.FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
-}
-
-func (l faultList) err() error { return errors.Join(l...) }

@@ -80,11 +80,11 @@ func tooManyNames(path string) error {
 }
 
 func faults(rep strictjson.Report) error {
-	var errs faultList
+	var errs spec.FaultList
 	for _, f := range rep.Faults {
-		errs.add(f.Path, "%s", f.Reason)
+		errs.Add(f.Path, "%s", f.Reason)
 	}
-	return errs.err()
+	return errs.Err()
 }
 
 // readNames reads an object of names and their address lists at path into

@@ -106,8 +106,9 @@ func refusalOf(err error) Refusal {
 	return RefusedInvalid
 }
 
-// maxFaults bounds the faults a conflict lists; the last says how many more.
-const maxFaults = 20
+// maxFaults bounds the faults a conflict lists, as every error's
+// (spec.MaxFaults); the last says how many more.
+const maxFaults = spec.MaxFaults
 
 type faultList []*spec.FieldError
 

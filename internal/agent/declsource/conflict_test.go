@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
@@ -169,28 +170,49 @@ func TestGenerationsCannotLieInAFile(t *testing.T) {
 }
 
 // TestTooLarge: a document over spec.MaxDocumentBytes is refused before it
-// is parsed: 413 from the endpoint, counted; a file of that size is not
-// even read.
+// is parsed: 413 from the endpoint, counted, saying its size when the
+// request said it (Content-Length) and that it exceeds the limit when the
+// body had to be read to find out (it once said "is 67108865 bytes"
+// whatever the size: what was read); a file of that size is not even
+// read.
 func TestTooLarge(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := New(Config{Registerer: reg})
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
-	big := genDoc(1, 1, namesA, "busybox", strings.Repeat("x", spec.MaxDocumentBytes))
-	code, body := put(t, srv.URL, big)
-	if code != http.StatusRequestEntityTooLarge || !strings.Contains(body, fmt.Sprintf("at most %d", spec.MaxDocumentBytes)) {
-		t.Errorf("PUT %d bytes = %d %s, want 413 naming the limit", len(big), code, body)
-	}
-	if got := refusedCounts(t, reg)[string(RefusedTooLarge)]; got != 1 {
-		t.Errorf("refusals{reason=too_large} = %v, want 1", got)
+	big := genDoc(1, 1, namesA, "busybox", strings.Repeat("x", spec.MaxDocumentBytes+1000))
+	for i, tc := range []struct {
+		name   string
+		body   io.Reader // a strings.Reader's length is sent, another's is not
+		reason string
+	}{
+		{"length said", strings.NewReader(big), fmt.Sprintf("the document is %d bytes; at most %d", len(big), spec.MaxDocumentBytes)},
+		{"length unknown", io.MultiReader(strings.NewReader(big)), fmt.Sprintf("the document exceeds the limit: at most %d bytes", spec.MaxDocumentBytes)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/declaration", tc.body)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var got struct{ Faults []spec.FieldError }
+			json.NewDecoder(resp.Body).Decode(&got)
+			if diff := cmp.Diff([]spec.FieldError{{Reason: tc.reason}}, got.Faults); resp.StatusCode != http.StatusRequestEntityTooLarge || diff != "" {
+				t.Errorf("PUT %d bytes = %d, want 413; faults (-want +got):\n%s", len(big), resp.StatusCode, diff)
+			}
+			if got := refusedCounts(t, reg)[string(RefusedTooLarge)]; got != float64(i+1) {
+				t.Errorf("refusals{reason=too_large} = %v, want %d", got, i+1)
+			}
+		})
 	}
 	path := filepath.Join(t.TempDir(), "big.json")
 	if err := os.WriteFile(path, []byte(big), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s.readPath(path, false)
-	if got := refusedCounts(t, reg)[string(RefusedTooLarge)]; got != 2 {
-		t.Errorf("refusals{reason=too_large} after the file = %v, want 2", got)
+	if got := refusedCounts(t, reg)[string(RefusedTooLarge)]; got != 3 {
+		t.Errorf("refusals{reason=too_large} after the file = %v, want 3", got)
 	}
 }
 

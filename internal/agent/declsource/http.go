@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/meshhost/meshhost/spec"
+	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // Listen opens the push endpoint's listener: "unix:/path/to.sock" or a
@@ -69,12 +70,25 @@ func (s *Source) Handler() http.Handler {
 			}
 			writeJSON(w, http.StatusOK, d)
 		case http.MethodPut, http.MethodPost:
-			data, err := io.ReadAll(io.LimitReader(r.Body, spec.MaxDocumentBytes+1))
-			if err != nil {
-				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-				return
+			var data []byte
+			err := specjson.CheckSize(r.ContentLength) // a body said to be too large is not read
+			if err == nil {
+				data, err = io.ReadAll(io.LimitReader(r.Body, spec.MaxDocumentBytes+1))
+				if err != nil {
+					writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+					return
+				}
+				if len(data) > spec.MaxDocumentBytes { // read up to the limit only: its size is unknown
+					err = &spec.FieldError{Reason: fmt.Sprintf("the document exceeds the limit: at most %d bytes", spec.MaxDocumentBytes)}
+				}
 			}
-			d, err := s.Offer(data, "push") // refuses a body over the limit, counted
+			var d *spec.Declaration
+			if err != nil {
+				err = &refused{RefusedTooLarge, err}
+				s.refused.WithLabelValues(string(RefusedTooLarge)).Inc()
+			} else {
+				d, err = s.Offer(data, "push")
+			}
 			if err != nil {
 				status := http.StatusBadRequest
 				switch {

@@ -82,8 +82,10 @@ func (s *Source) put(d *spec.Declaration, origin string) error {
 // apply to the roster in force (d.From); else it is refused, ErrDeltaBase
 // for a roster in force of another generation (or none, or a newer
 // declaration: those are Put whole), ErrStale for an older one. The same
-// roster generation again changes nothing. On error nothing changes, and
-// the refusal is counted by its Refusal.
+// change again (the roster generation in force, making the roster in
+// force) changes nothing; the roster generation in force with other names
+// is refused (RefusedRosterGenerationReused). On error nothing changes,
+// and the refusal is counted by its Refusal.
 //
 // It costs what d changes, not the roster: the roster in force is changed
 // in place, and the Change recorded is not Whole. d becomes the Source's
@@ -123,6 +125,13 @@ func (s *Source) putRosterDelta(machine string, declGen uint64, d *spec.RosterDe
 	case declGen > cur.Generation:
 		return &refused{RefusedDeltaBase, fmt.Errorf("generation %d: the declaration in force is generation %d; a roster delta changes no declaration, put the whole one: %w", declGen, cur.Generation, ErrDeltaBase)}
 	case d.To == cur.Roster.Generation:
+		if diffs := s.deltaDifferencesLocked(cur, d); len(diffs) > 0 {
+			faults := faultList{{
+				Path:   "roster_delta.to",
+				Reason: fmt.Sprintf("roster generation %d is in force, and this delta would make it otherwise; a changed roster needs a newer generation", d.To),
+			}}
+			return &ConflictError{Refusal: RefusedRosterGenerationReused, Faults: append(faults, diffs...).bounded()}
+		}
 		return nil // the same change again
 	case d.To < cur.Roster.Generation:
 		return &ConflictError{Refusal: RefusedRosterOlder, Faults: []*spec.FieldError{{

@@ -296,7 +296,9 @@ func (s *Source) Changed() <-chan struct{} { return s.changed }
 
 // Offer parses data, a whole declaration or a declaration delta, and puts
 // it in force if it is valid and newer. The same declaration again (the
-// generation in force, the same content) changes nothing and is no fault.
+// generation in force, the same content; for a delta, the generations in
+// force and a change that makes the roster in force) changes nothing and
+// is no fault.
 // The error names every fault, and matches ErrConflict (ErrStale too, for
 // an older generation) when the declaration contradicts what is in force:
 // an older generation; the generation in force with other content; a
@@ -424,13 +426,20 @@ func (s *Source) offerDelta(data []byte, origin string) (*spec.Declaration, erro
 	case dd.Generation < cur.Generation:
 		return nil, olderThan(dd.Generation, cur.Generation)
 	case dd.Generation == cur.Generation:
-		if rd.To == cur.Roster.Generation {
-			return headOf(cur), nil // the same push twice is not a fault
+		if rd.To != cur.Roster.Generation {
+			return nil, &ConflictError{Refusal: RefusedGenerationReused, Faults: []*spec.FieldError{{
+				Path:   "generation",
+				Reason: fmt.Sprintf("%d is in force with roster generation %d, not %d; a changed declaration needs a newer generation", dd.Generation, cur.Roster.Generation, rd.To),
+			}}}
 		}
-		return nil, &ConflictError{Refusal: RefusedGenerationReused, Faults: []*spec.FieldError{{
-			Path:   "generation",
-			Reason: fmt.Sprintf("%d is in force with roster generation %d, not %d; a changed declaration needs a newer generation", dd.Generation, cur.Roster.Generation, rd.To),
-		}}}
+		if diffs := s.deltaDifferencesLocked(cur, rd); len(diffs) > 0 {
+			faults := faultList{{
+				Path:   "generation",
+				Reason: fmt.Sprintf("%d is in force with roster generation %d, which this delta would make otherwise; a changed declaration needs a newer generation", dd.Generation, rd.To),
+			}}
+			return nil, &ConflictError{Refusal: RefusedGenerationReused, Faults: append(faults, diffs...).bounded()}
+		}
+		return headOf(cur), nil // the same push twice is not a fault
 	case rd.From != cur.Roster.Generation:
 		return nil, &deltaBaseError{from: rd.From, inForce: cur.Roster.Generation}
 	}
@@ -462,19 +471,22 @@ func (s *Source) applyDeltaLocked(cur *spec.Declaration, gen uint64, rd *spec.Ro
 			Reason: fmt.Sprintf("%d is not newer than roster generation %d, served; rosters never go back: send the whole declaration", rd.To, srv.gen),
 		}}}
 	}
-	var faults []error
+	var faults spec.FaultList // bounded: a delta may name a million names the roster lacks
 	for i, name := range rd.Remove {
 		if _, ok := cur.Roster.Names[name]; !ok {
-			faults = append(faults, &spec.FieldError{Path: fmt.Sprintf("roster_delta.remove[%d]", i),
-				Reason: fmt.Sprintf("%q is not in roster generation %d", name, cur.Roster.Generation)})
+			faults.Add(fmt.Sprintf("roster_delta.remove[%d]", i), "%q is not in roster generation %d", name, cur.Roster.Generation)
 		}
 	}
-	if len(faults) > 0 {
-		return nil, errors.Join(faults...)
+	if faults.Len() > 0 {
+		return nil, faults.Err()
 	}
 	next := *cur
 	next.Generation = gen
 	undo, err := next.Roster.Apply(rd) // in place: the roster is the Source's own
+	var fe *spec.FieldError
+	if errors.As(err, &fe) { // a fault of the delta (too many names): its path in the document
+		return nil, &spec.FieldError{Path: "roster_delta." + fe.Path, Reason: fe.Reason}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -482,6 +494,100 @@ func (s *Source) applyDeltaLocked(cur *spec.Declaration, gen uint64, rd *spec.Ro
 	s.recordLocked(&next, origin, Change{Generation: gen, Roster: rd, Undo: undo})
 	s.mu.Unlock()
 	return &next, nil
+}
+
+// deltaDifferencesLocked returns what differs between the roster rd, a
+// roster delta to the roster generation in force (cur's), would make and
+// the roster in force, each named by its path in the delta document; none
+// when rd is the change in force again (the same push twice). The roster
+// rd applies to is the one before the last change, which that change's
+// Undo gives back: this costs the two changes, not the roster. Without
+// that change (the declaration in force since the Source was made, or
+// its last change kept the roster), rd's own names are judged against the
+// roster in force. The caller holds changeMu.
+func (s *Source) deltaDifferencesLocked(cur *spec.Declaration, rd *spec.RosterDelta) faultList {
+	syncs.AssertLocked(&s.changeMu)
+	in := cur.Roster
+	var last *Change
+	s.mu.Lock()
+	if n := len(s.changes); n > 0 {
+		// Never changed once recorded. One that kept the roster's
+		// generation (a declaration that changed only its containers)
+		// does not say what the roster was made from.
+		if c := &s.changes[n-1]; c.Roster.To == in.Generation && c.Roster.From != c.Roster.To {
+			last = c
+		}
+	}
+	s.mu.Unlock()
+	var out faultList
+	if last != nil && rd.From != last.Roster.From {
+		out.add("roster_delta.from", "%d here; roster generation %d in force was made from generation %d", rd.From, in.Generation, last.Roster.From)
+		return out
+	}
+	switch {
+	case rd.Zones != nil && !slices.Equal(rd.Zones, in.Zones):
+		out.add("roster_delta.zones", "%v here, %v in force", rd.Zones, in.Zones)
+	case rd.Zones == nil && last != nil && last.Undo.Zones != nil:
+		out.add("roster_delta.zones", "not here (%v, as in generation %d), %v in force", last.Undo.Zones, rd.From, in.Zones)
+	}
+	removed := make(map[string]int, len(rd.Remove)) // name -> index in Remove
+	for i, n := range rd.Remove {
+		removed[n] = i
+	}
+	// before is a name's addresses in the roster rd applies to (nil: not
+	// in it).
+	before := func(n string) []netip.Addr {
+		if last != nil {
+			if a, ok := last.Undo.Set[n]; ok {
+				return a
+			}
+			if _, ok := slices.BinarySearch(last.Undo.Remove, n); ok {
+				return nil
+			}
+		}
+		return in.Names[n]
+	}
+	names := slices.Collect(maps.Keys(rd.Set))
+	names = append(names, rd.Remove...)
+	if last != nil { // names the change in force changed, which rd may not
+		names = append(names, slices.Collect(maps.Keys(last.Roster.Set))...)
+		names = append(names, last.Roster.Remove...)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	differ := 0
+	for _, n := range names {
+		after, set := rd.Set[n]
+		i, gone := removed[n]
+		if !set && !gone {
+			after = before(n)
+		}
+		now := in.Names[n]
+		if slices.Equal(after, now) {
+			continue
+		}
+		if differ++; differ > spec.MaxFaults {
+			continue // counted
+		}
+		switch {
+		case set && now == nil:
+			out.add(fmt.Sprintf("roster_delta.set[%q]", n), "%s here; not in roster generation %d in force", addrList(after), in.Generation)
+		case set:
+			out.add(fmt.Sprintf("roster_delta.set[%q]", n), "%s here, %s in force", addrList(after), addrList(now))
+		case gone:
+			out.add(fmt.Sprintf("roster_delta.remove[%d]", i), "%q is removed here; roster generation %d in force has it (%s)", n, in.Generation, addrList(now))
+		case now == nil:
+			out.add("roster_delta", "does not remove %q (%s); roster generation %d in force removed it", n, addrList(after), in.Generation)
+		case after == nil:
+			out.add("roster_delta", "does not set %q; roster generation %d in force has it at %s", n, in.Generation, addrList(now))
+		default:
+			out.add("roster_delta", "does not set %q (%s before); roster generation %d in force has it at %s", n, addrList(after), in.Generation, addrList(now))
+		}
+	}
+	if differ > spec.MaxFaults {
+		out.add("roster_delta", "and %d more names differ", differ-spec.MaxFaults)
+	}
+	return out
 }
 
 // deltaBaseError is a roster delta from another generation than the

@@ -55,8 +55,9 @@ type Input struct {
 	// not rendered again. Nil renders every container.
 	Cache *Cache
 	// HoldAbove holds the declaration (Computed.Hold) when its plan would
-	// replace more than this many containers, whatever the cause (the
-	// migration flag's switch of name modes included). 0 never holds.
+	// replace and remove more than this many containers together, whatever
+	// the cause (the migration flag's switch of name modes included). 0
+	// never holds.
 	HoldAbove int
 	// Approved returns the declaration generation the operator let past
 	// the hold (meshhost approve); asked only when the plan would be held.
@@ -121,29 +122,36 @@ type Computed struct {
 	// the declaration's order. Plan refers to them.
 	Rendered []spec.Rendered
 	Plan     *reconcile.Plan
-	// Hold, when not nil, is the blast-radius hold: the plan replaces more
-	// containers than Input.HoldAbove. Unless the operator approved the
+	// Hold, when not nil, is the blast-radius hold: the plan replaces and
+	// removes more containers than Input.HoldAbove. Unless the operator
+	// approved the
 	// generation (Hold.Approved), the agent applies nothing of the plan:
 	// the containers stay as they are (the resolver serves the roster in
 	// force all the same).
 	Hold *Hold
 }
 
-// Hold is a declaration whose plan would replace more containers than the
-// machine allows at once without an operator: the incident's push, which
-// replaced every container on the hub, is held here, not paced.
+// Hold is a declaration whose plan would replace and remove more
+// containers than the machine allows at once without an operator: the
+// incident's push, which replaced every container on the hub, is held
+// here, not paced, and so is a push that removes every container (a
+// running service removed is at least the blast radius of one replaced).
 type Hold struct {
 	Generation uint64 `json:"generation"`
 	HoldAbove  int    `json:"hold_above"`
 	// Replacements are the containers the plan replaces, and why (values
 	// of env and labels hashed, as every reason is).
 	Replacements []Replacement `json:"replacements"`
+	// Removals are the containers the plan removes, and why (no longer
+	// declared); not those whose removal was cut short, in which nothing
+	// runs any more.
+	Removals []Replacement `json:"removals,omitempty"`
 	// Approved: the operator approved this generation; it goes ahead,
 	// paced by the replacement budget.
 	Approved bool `json:"approved,omitempty"`
 }
 
-// Replacement is one container a held plan replaces.
+// Replacement is one container a held plan replaces, or removes.
 type Replacement struct {
 	Container string `json:"container"`
 	Reason    string `json:"reason"`
@@ -152,12 +160,29 @@ type Replacement struct {
 // Held reports whether h holds its declaration back (not approved).
 func (h *Hold) Held() bool { return h != nil && !h.Approved }
 
+// Count is what the hold counts against HoldAbove: the replacements and
+// the removals.
+func (h *Hold) Count() int { return len(h.Replacements) + len(h.Removals) }
+
 // String says what is held and how to release it.
 func (h *Hold) String() string {
 	if h.Approved {
-		return fmt.Sprintf("declaration %d replaces %d containers, more than --hold-above %d; approved by the operator, it goes ahead within the replacement budget", h.Generation, len(h.Replacements), h.HoldAbove)
+		return fmt.Sprintf("declaration %d %s containers, more than --hold-above %d; approved by the operator, it goes ahead within the replacement budget", h.Generation, h.what("replaces", "removes"), h.HoldAbove)
 	}
-	return fmt.Sprintf("declaration %d held: it would replace %d containers, more than --hold-above %d; the containers stay as they are until `meshhost approve %d` (then the replacement budget paces it) or a newer declaration", h.Generation, len(h.Replacements), h.HoldAbove, h.Generation)
+	return fmt.Sprintf("declaration %d held: it would %s containers, more than --hold-above %d; the containers stay as they are until `meshhost approve %d` (then the replacement budget paces it) or a newer declaration", h.Generation, h.what("replace", "remove"), h.HoldAbove, h.Generation)
+}
+
+// what says how many containers h replaces and removes: "replace 3",
+// "remove 2", "replace 3 and remove 2".
+func (h *Hold) what(replace, remove string) string {
+	switch n, m := len(h.Replacements), len(h.Removals); {
+	case m == 0:
+		return fmt.Sprintf("%s %d", replace, n)
+	case n == 0:
+		return fmt.Sprintf("%s %d", remove, m)
+	default:
+		return fmt.Sprintf("%s %d and %s %d", replace, n, remove, m)
+	}
 }
 
 // Compute renders every declared container for the mode the gate gives it,
@@ -192,17 +217,27 @@ func Compute(ctx context.Context, in Input) (*Computed, error) {
 	return c, nil
 }
 
-// hold returns the hold of declaration gen's plan p, or nil when p replaces
-// at most holdAbove containers (or holdAbove is 0).
+// hold returns the hold of declaration gen's plan p, or nil when p
+// replaces and removes at most holdAbove containers together (or
+// holdAbove is 0). The removals counted are those of containers that may
+// run (reconcile.Action.Disrupts): finishing a removal cut short disrupts
+// nothing.
 func hold(gen uint64, p *reconcile.Plan, holdAbove int, approved func() uint64) *Hold {
-	if holdAbove <= 0 || p.Count(reconcile.Replace) <= holdAbove {
+	if holdAbove <= 0 {
 		return nil
 	}
 	h := &Hold{Generation: gen, HoldAbove: holdAbove}
 	for _, a := range p.Actions {
-		if a.Kind == reconcile.Replace {
+		switch {
+		case !a.Disrupts():
+		case a.Kind == reconcile.Replace:
 			h.Replacements = append(h.Replacements, Replacement{Container: a.Name, Reason: a.Reason})
+		case a.Kind == reconcile.Remove:
+			h.Removals = append(h.Removals, Replacement{Container: a.Name, Reason: a.Reason})
 		}
+	}
+	if h.Count() <= holdAbove {
+		return nil
 	}
 	h.Approved = approved != nil && approved() == gen
 	return h

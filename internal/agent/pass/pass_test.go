@@ -151,3 +151,37 @@ func TestComputeHold(t *testing.T) {
 		})
 	}
 }
+
+// TestComputeHoldsRemovingEverything: a declaration that removes every
+// container of the machine is held like one that replaces them (it was
+// applied at once).
+func TestComputeHoldsRemovingEverything(t *testing.T) {
+	ctx := context.Background()
+	rt := memory.New(memory.Options{})
+	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Budget: reconcile.Budget{Max: 100, Window: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &spec.Declaration{Schema: 1, Machine: "ace", Generation: 1, MeshNames: spec.FlagOff, Roster: roster(1, 1)}
+	for i := range 4 {
+		d.Containers = append(d.Containers, spec.Container{Name: fmt.Sprintf("c%d", i), Image: "a:1"})
+	}
+	compute := func(d *spec.Declaration) *Computed {
+		t.Helper()
+		observed, _ := rt.List(ctx)
+		c, err := Compute(ctx, Input{Declaration: d, Roster: d.Roster, Gate: fixed{Names: spec.Copy}, Observed: observed, Planner: rec, HoldAbove: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if _, err := rec.Apply(ctx, compute(d).Plan); err != nil {
+		t.Fatal(err)
+	}
+	empty := *d
+	empty.Generation, empty.Containers = 2, nil
+	c := compute(&empty)
+	if !c.Hold.Held() || len(c.Hold.Removals) != 4 || len(c.Hold.Replacements) != 0 || c.Hold.Removals[0].Reason != "no longer declared" {
+		t.Errorf("a declaration removing 4 containers with HoldAbove 3: hold %+v, want held for 4 removals", c.Hold)
+	}
+}
