@@ -94,8 +94,9 @@ func TestExitCodes(t *testing.T) {
 		{name: "completion of an unknown shell", args: []string{"completion", "bogus"}, code: 64, stderr: `invalid argument "bogus"`},
 		{name: "completion of no shell", args: []string{"completion"}, code: 64},
 
-		{name: "plan without podman", args: []string{"plan", "--state", state, "--declaration", decl}, code: 1, stderr: noPodman},
-		{name: "explain without podman", args: []string{"explain", "web", "--state", state, "--declaration", decl}, code: 1, stderr: noPodman},
+		{name: "plan without podman", args: []string{"plan", "--state", state, "--declaration", decl, "--resolver", "embedded"}, code: 1, stderr: noPodman},
+		{name: "explain without podman", args: []string{"explain", "web", "--state", state, "--declaration", decl, "--resolver", "embedded"}, code: 1, stderr: noPodman},
+		{name: "plan without the roster in force", args: []string{"plan", "--state", state, "--declaration", decl}, code: 1, stderr: "no plan without the roster in force"},
 		{name: "probe without podman", args: []string{"probe"}, code: 1, stderr: noPodman},
 		{name: "dns-check without podman", args: []string{"dns-check", "web", "a.internal", "--state", state}, code: 1, stderr: noPodman},
 		{name: "agent without podman", args: []string{"agent", "--state", state}, code: 1, stderr: noPodman},
