@@ -332,7 +332,7 @@ func TestStatusNamesWhatAutoWaitsFor(t *testing.T) {
 	mustDo(t, err)
 	mustDo(t, g.Record([]Result{result(defaultNet, true, clk.now), result(lonelyNet, false, clk.now)}))
 	st := g.Status(cs, nil, nil)
-	want := "auto: waiting for networks the declared containers use to pass their probe: mesh (not for lonely: no declared container uses them)"
+	want := "auto: waiting for networks the declared containers use to pass their probe: mesh (not for lonely: no declared container uses it)"
 	if st[0].Name != "a" || st[0].Phase != PhasePending || st[0].Reason != want {
 		t.Errorf("Status(a) = %+v, want pending: %q", st[0], want)
 	}

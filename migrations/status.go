@@ -132,7 +132,11 @@ func autoWaiting(a AutoStatus) string {
 		fmt.Fprintf(&b, "auto: waiting for networks the declared containers use to pass their probe: %s", strings.Join(a.Holding, ", "))
 	}
 	if len(a.Unused) > 0 {
-		fmt.Fprintf(&b, " (not for %s: no declared container uses them)", strings.Join(a.Unused, ", "))
+		them := "them"
+		if len(a.Unused) == 1 {
+			them = "it"
+		}
+		fmt.Fprintf(&b, " (not for %s: no declared container uses %s)", strings.Join(a.Unused, ", "), them)
 	}
 	return b.String()
 }
