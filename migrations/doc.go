@@ -22,7 +22,10 @@
 //     Runner can be made, and takes the resolver back from networks gone.
 //   - A Gate turns the machine's flag (spec.MeshNamesFlag) and the probe
 //     results into each container's spec.Mode. It fails closed: a container
-//     is in resolve mode only when every one of its networks is. Its State
+//     is in resolve mode only when every one of its networks is. Under
+//     "auto" the machine switches once every network a declared container
+//     uses has passed (Gate.Declare); networks none uses are probed and
+//     reported, and hold nothing back. Its State
 //     is saved atomically and survives restarts, so a restart never
 //     migrates anything again.
 //   - Status says, per container, whether the switch is done, pending or

@@ -88,7 +88,8 @@ type Gate struct {
 	mu    sync.Mutex
 	state *State
 	stamp fileStamp // of the state file when state was read or written
-	// autoHeldBy lists the networks holding flag auto back, as last logged.
+	// autoHeldBy lists the networks holding flag auto back, and those it
+	// ignores as unused, as last logged.
 	autoHeldBy string
 	// records are the record labels Modes read last, by container ID, with
 	// what Modes needs of them: a pass over 10,000 containers then parses
@@ -249,12 +250,11 @@ func (g *Gate) State() *State {
 
 // SetFlag records the machine's flag from its declaration. Turning it off
 // is the rollback: every network goes back to copy mode at once (the
-// reconciler then replaces each container once, within its budget).
+// reconciler then replaces each container once, within its budget). A
+// pass records its declaration with Declare, which sets the flag too.
 func (g *Gate) SetFlag(flag spec.MeshNamesFlag) error {
-	switch flag {
-	case spec.FlagOff, spec.FlagAuto, spec.FlagOn:
-	default:
-		return fmt.Errorf("migrations: %q is not a flag; want %q, %q or %q", flag, spec.FlagOff, spec.FlagAuto, spec.FlagOn)
+	if err := checkFlag(flag); err != nil {
+		return err
 	}
 	g.mu.Lock()
 	same := g.view().Flag == flag
@@ -263,12 +263,88 @@ func (g *Gate) SetFlag(flag spec.MeshNamesFlag) error {
 		return nil
 	}
 	return g.update(func(s *State) error {
-		if s.Flag != flag {
-			g.log.Info("mesh names flag changed", "from", s.Flag, "to", flag)
-		}
-		s.Flag = flag
+		g.setFlag(s, flag)
 		return nil
 	})
+}
+
+// Declare records what the gate needs of the machine's declaration d: its
+// flag (as SetFlag does) and the networks its containers use (UsedNetworks:
+// a container that declares none is on the runtime's default network), in
+// one change of the state file, so that the switch is never judged with
+// one declaration's flag and another's networks.
+//
+// Under flag auto only the networks a declared container uses hold the
+// machine back. One no declared container uses (a leftover network, an
+// --internal network with aardvark-dns, where no strategy works) is still
+// observed, probed and reported, but the machine switches without it.
+// Failing closed does not depend on it: after the switch each network
+// switches on its own passing probe, as under "on", so a container
+// declared later onto a network without one gets copy mode until it passes.
+//
+// The agent calls it at every pass, before Observe; `meshhost plan` with
+// the declaration it plans. Recorded in the state file (State.Used), the
+// networks are what an operator command that opens the same file (`meshhost
+// migrate pause`, `meshhost probe --state`) judges the switch with, as
+// the agent does.
+func (g *Gate) Declare(d *spec.Declaration) error {
+	if d == nil {
+		return errors.New("migrations: Declare: no declaration")
+	}
+	if err := checkFlag(d.MeshNames); err != nil {
+		return err
+	}
+	used := UsedNetworks(d.Containers)
+	g.mu.Lock()
+	s := g.view()
+	same := s.Flag == d.MeshNames && s.Used != nil && slices.Equal(s.Used, used)
+	g.mu.Unlock()
+	if same {
+		return nil
+	}
+	return g.update(func(s *State) error {
+		g.setFlag(s, d.MeshNames)
+		if s.Used == nil || !slices.Equal(s.Used, used) {
+			g.log.Debug("networks the declared containers use", "networks", used)
+		}
+		s.Used = used
+		return nil
+	})
+}
+
+// UsedNetworks returns the networks containers use, sorted and without
+// duplicates: those each declares, and for a container that declares none
+// the runtime's default network (spec.DefaultNetwork), which spec.Render
+// attaches it to. It is never nil.
+func UsedNetworks(containers []spec.Container) []string {
+	// A set first: a pass over 10,000 containers on a few networks sorts
+	// a few names.
+	set := map[string]struct{}{}
+	for _, c := range containers {
+		if len(c.Networks) == 0 {
+			set[spec.DefaultNetwork] = struct{}{}
+		}
+		for _, n := range c.Networks {
+			set[n.Name] = struct{}{}
+		}
+	}
+	return append([]string{}, slices.Sorted(maps.Keys(set))...)
+}
+
+func checkFlag(flag spec.MeshNamesFlag) error {
+	switch flag {
+	case spec.FlagOff, spec.FlagAuto, spec.FlagOn:
+		return nil
+	}
+	return fmt.Errorf("migrations: %q is not a flag; want %q, %q or %q", flag, spec.FlagOff, spec.FlagAuto, spec.FlagOn)
+}
+
+// setFlag sets s's flag, and logs a change.
+func (g *Gate) setFlag(s *State, flag spec.MeshNamesFlag) {
+	if s.Flag != flag {
+		g.log.Info("mesh names flag changed", "from", s.Flag, "to", flag)
+	}
+	s.Flag = flag
 }
 
 // Observe records the networks the runtime reports now. It returns whether
@@ -385,39 +461,90 @@ func (g *Gate) Record(results []Result) error {
 // it, the clock went backwards and the probe's age is unknown.
 const proofSkew = time.Minute
 
+// passing reports whether ns's latest probe passed, recently enough at now
+// to switch on it under set.
+func passing(ns *NetworkState, now time.Time, set Settings) bool {
+	if ns.Last == nil || !ns.Last.Pass || ns.Proven == nil {
+		return false
+	}
+	age := now.Sub(ns.Last.At)
+	return age <= set.MaxProofAge && age >= -proofSkew
+}
+
+// AutoStatus is what flag auto waits for before the machine switches,
+// or, once it has, what it would wait for (Gate.Auto).
+type AutoStatus struct {
+	// SwitchedAt is when the machine switched under auto (State.AutoSwitchedAt);
+	// zero before, and under another flag.
+	SwitchedAt time.Time
+	// Holding are the networks the runtime reports, a declared container
+	// uses and whose probe has not passed (or passed too long ago to switch
+	// on, see GateConfig.MaxProofAge), sorted: the machine keeps copied
+	// names until each passes.
+	Holding []string
+	// Unused are the networks the runtime reports that no declared
+	// container uses, sorted: probed and reported, they hold nothing back.
+	Unused []string
+	// Used counts the networks the runtime reports that a declared
+	// container uses; the machine switches once there is one and none
+	// holds it back.
+	Used int
+	// UsedKnown: the state records the networks the declared containers
+	// use (Declare). A state that does not yet (written by a meshhost before
+	// it, or before the agent's first pass) counts every network the
+	// runtime reports as used, as such a meshhost did.
+	UsedKnown bool
+}
+
+// autoStatus is Auto for s at now under set.
+func autoStatus(s *State, now time.Time, set Settings) AutoStatus {
+	a := AutoStatus{UsedKnown: s.Used != nil}
+	if s.Flag == spec.FlagAuto {
+		a.SwitchedAt = s.AutoSwitchedAt
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Networks)) {
+		ns := s.Networks[name]
+		switch {
+		case !ns.Present:
+		case a.UsedKnown && !slices.Contains(s.Used, name):
+			a.Unused = append(a.Unused, name)
+		default:
+			a.Used++
+			if !passing(ns, now, set) {
+				a.Holding = append(a.Holding, name)
+			}
+		}
+	}
+	return a
+}
+
+// Auto says which networks flag auto waits for and which it ignores as
+// unused, judged now as the gate's next change of its state would.
+func (g *Gate) Auto() AutoStatus {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.view()
+	return autoStatus(s, g.cfg.Now(), g.settings(s))
+}
+
 // evaluate switches networks as the flag and the probes allow.
 func (g *Gate) evaluate(s *State) {
 	now := g.cfg.Now()
 	set := g.settings(s)
-	// passing: the latest probe passed, recently enough to switch on it.
-	passing := func(ns *NetworkState) bool {
-		if ns.Last == nil || !ns.Last.Pass || ns.Proven == nil {
-			return false
-		}
-		age := now.Sub(ns.Last.At)
-		return age <= set.MaxProofAge && age >= -proofSkew
-	}
 	if s.Flag == spec.FlagAuto && s.AutoSwitchedAt.IsZero() {
-		present := 0
-		var holding []string // present networks without a passing probe
-		for _, name := range slices.Sorted(maps.Keys(s.Networks)) {
-			if ns := s.Networks[name]; ns.Present {
-				present++
-				if !passing(ns) {
-					holding = append(holding, name)
-				}
-			}
-		}
-		if present > 0 && len(holding) == 0 {
+		a := autoStatus(s, now, set)
+		if a.Used > 0 && len(a.Holding) == 0 {
 			s.AutoSwitchedAt = now
-			g.log.Info("every network passed its probe: switching the machine to resolve mode", "networks", present)
+			g.log.Info("every network a declared container uses passed its probe: switching the machine to resolve mode",
+				"networks", a.Used, "ignored_unused", a.Unused)
 		}
-		// Say which networks hold the machine back, when that changes.
-		if held := strings.Join(holding, ","); held != g.autoHeldBy {
+		// Say which networks hold the machine back, and which it does not
+		// wait for, when that changes.
+		if held := strings.Join(a.Holding, ",") + " " + strings.Join(a.Unused, ","); held != g.autoHeldBy {
 			g.autoHeldBy = held
-			if held != "" {
-				g.log.Warn("mesh_names auto: the machine keeps copied names until these networks pass their probe",
-					"networks", holding)
+			if len(a.Holding) > 0 {
+				g.log.Warn("mesh_names auto: the machine keeps copied names until the networks its declared containers use pass their probe",
+					"holding", a.Holding, "ignored_unused", a.Unused)
 			}
 		}
 	}
@@ -435,7 +562,7 @@ func (g *Gate) evaluate(s *State) {
 			g.log.Error("network failed its probe repeatedly: returning its containers to copy mode",
 				"network", name, "failures", ns.Failures)
 		case s.Flag == spec.FlagOn, s.Flag == spec.FlagAuto && !s.AutoSwitchedAt.IsZero():
-			want = want || passing(ns)
+			want = want || passing(ns, now, set)
 		}
 		if want != ns.Resolve {
 			ns.Resolve = want

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +85,15 @@ func TestMoveToFailingNetwork(t *testing.T) {
 // in resolve mode. A network switches to resolve mode only on a proof
 // younger than MaxProofAge. Containers then run in the mode they were
 // given, as the reconciler would make them.
+//
+// The containers are declared to the gate (Declare) on random subsets of
+// the networks, and moved without always being declared again, so the
+// networks the gate holds for used are at times not those they run on:
+// failing closed never depends on them. Under auto, once the gate changed
+// its state: the machine has switched if and only if it did so at a step
+// where every present network a declared container uses passed its probe
+// (and there was one); networks no declared container uses do not hold it
+// back.
 func TestGateNeverUnproven(t *testing.T) {
 	pool := []Network{
 		defaultNet, meshNet,
@@ -98,6 +108,9 @@ func TestGateNeverUnproven(t *testing.T) {
 	}
 	const seeds, steps = 60, 80
 	var resolved, pausedKept, checks int
+	// switchedPastUnused counts switches under auto while a network no
+	// declared container uses had no passing probe.
+	var switchedPastUnused int
 	for seed := range uint64(seeds) {
 		rng := rand.New(rand.NewPCG(seed, 17))
 		clk := &fakeClock{t0}
@@ -122,6 +135,18 @@ func TestGateNeverUnproven(t *testing.T) {
 		}
 		for i := range ctrs {
 			ctrs[i].nets = randomNets()
+		}
+		declared := func() []spec.Container {
+			var out []spec.Container
+			for i := range ctrs {
+				out = append(out, container(fmt.Sprintf("c%d", i), ctrs[i].nets...))
+			}
+			return out
+		}
+		if seed%4 != 0 {
+			// The others start as a state without the declaration's
+			// networks: every network holds auto back until one is given.
+			mustDo(t, g.Declare(&spec.Declaration{MeshNames: spec.FlagOff, Containers: declared()}))
 		}
 		present := slices.Clone(pool)
 		var history []string
@@ -164,8 +189,13 @@ func TestGateNeverUnproven(t *testing.T) {
 				op = fmt.Sprintf("record %d results", len(rs))
 			case 3:
 				flag := []spec.MeshNamesFlag{spec.FlagOff, spec.FlagAuto, spec.FlagOn}[rng.IntN(3)]
-				err = g.SetFlag(flag)
-				op = "flag " + string(flag)
+				if rng.IntN(2) == 0 {
+					err = g.SetFlag(flag)
+					op = "flag " + string(flag)
+				} else {
+					err = g.Declare(&spec.Declaration{MeshNames: flag, Containers: declared()})
+					op = "declare flag " + string(flag)
+				}
 			case 4:
 				err, op = g.Pause(), "pause"
 			case 5:
@@ -174,6 +204,12 @@ func TestGateNeverUnproven(t *testing.T) {
 				i := rng.IntN(len(ctrs))
 				ctrs[i].nets = randomNets()
 				op = fmt.Sprintf("move c%d to %v", i, ctrs[i].nets)
+				if rng.IntN(3) != 0 {
+					// Declared, as the agent's next pass does; else the
+					// gate's networks are the last declaration's.
+					err = g.Declare(&spec.Declaration{MeshNames: g.State().Flag, Containers: declared()})
+					op = "declared: " + op
+				}
 			case 7:
 				clk.now = clk.now.Add(time.Duration(rng.IntN(180)) * time.Minute)
 				op = "clock " + clk.now.Sub(t0).String()
@@ -185,6 +221,33 @@ func TestGateNeverUnproven(t *testing.T) {
 			st := g.State()
 			fail := func(format string, args ...any) {
 				t.Fatalf("seed %d step %d: %s\nhistory: %v", seed, step, fmt.Sprintf(format, args...), history)
+			}
+			// Under auto: the machine switches only when every used
+			// network passes, and it has, once an operation that always
+			// judges the switch again ran (observe, record, pause,
+			// resume; flag and declare judge only what they change).
+			if st.Flag == spec.FlagAuto {
+				judged := slices.ContainsFunc([]string{"observe", "record", "pause", "resume"}, func(p string) bool { return strings.HasPrefix(op, p) })
+				set := g.settings(st)
+				used, allPass, unusedFailing := 0, true, false
+				for name, ns := range st.Networks {
+					switch {
+					case !ns.Present:
+					case st.Used != nil && !slices.Contains(st.Used, name):
+						unusedFailing = unusedFailing || !passing(ns, clk.now, set)
+					default:
+						used++
+						allPass = allPass && passing(ns, clk.now, set)
+					}
+				}
+				switch {
+				case judged && st.AutoSwitchedAt.IsZero() && used > 0 && allPass:
+					fail("auto: every one of the %d used networks passes, and the machine has not switched (used %v)", used, st.Used)
+				case before.AutoSwitchedAt.IsZero() && !st.AutoSwitchedAt.IsZero() && (used == 0 || !allPass):
+					fail("auto: the machine switched with %d used networks, not all passing (used %v)", used, st.Used)
+				case before.AutoSwitchedAt.IsZero() && !st.AutoSwitchedAt.IsZero() && unusedFailing:
+					switchedPastUnused++
+				}
 			}
 			// Switching needs a fresh proof.
 			for name, ns := range st.Networks {
@@ -221,6 +284,10 @@ func TestGateNeverUnproven(t *testing.T) {
 	t.Logf("%d modes checked, %d resolve (%d kept as they ran while paused)", checks, resolved, pausedKept)
 	if resolved < checks/20 || pausedKept == 0 {
 		t.Errorf("the histories gave resolve mode %d times of %d (%d kept while paused): too rarely to test anything", resolved, checks, pausedKept)
+	}
+	t.Logf("%d switches under auto past an unused network without a passing probe", switchedPastUnused)
+	if switchedPastUnused == 0 {
+		t.Errorf("no history switched under auto while an unused network had no passing probe: the histories test nothing of it")
 	}
 }
 

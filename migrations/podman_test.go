@@ -423,6 +423,35 @@ func TestProbePodman(t *testing.T) {
 			t.Errorf("auto with a failing network: Mode(%s) = %v, want copy", name, m)
 		}
 	}
+	// Auto with the declaration's networks known: the failing networks
+	// are ones no declared container uses, so the machine switches past
+	// them; a container on one still gets copy mode.
+	declared, err := migrations.OpenGate(migrations.GateConfig{Path: filepath.Join(t.TempDir(), "migrations.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := declared.Declare(&spec.Declaration{MeshNames: spec.FlagAuto, Containers: containers}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := declared.Observe(nets); err != nil {
+		t.Fatal(err)
+	}
+	if err := declared.Record(up); err != nil {
+		t.Fatal(err)
+	}
+	a := declared.Auto()
+	t.Logf("auto, declared on the default and DNS-enabled networks: %+v", a)
+	if a.SwitchedAt.IsZero() || len(a.Holding) != 0 || !slices.Contains(a.Unused, e.nets["internal"].Name) {
+		t.Errorf("auto with only unused networks failing: %+v, want switched, nothing holding, %s unused", a, e.nets["internal"].Name)
+	}
+	for name, m := range declared.Modes(containers, nil) {
+		if m.Names != spec.Resolve {
+			t.Errorf("auto, the failing networks unused: Mode(%s) = %v, want resolve", name, m)
+		}
+	}
+	if m := declared.Mode([]string{e.nets["internal"].Name}, nil); m.Names != spec.Copy {
+		t.Errorf("auto, switched: a container on %s, whose probe failed, gets %v, want copy", e.nets["internal"].Name, m)
+	}
 
 	// Unreachable after the switch: the resolver stops serving every
 	// address the strategies gave it. The probe fails again.

@@ -31,6 +31,15 @@ import (
 //	   while a new version would make it refuse the file, and a
 //	   downgraded agent not start. A file without it is read with none
 //	   recorded: the defaults, until the agent writes it.
+//
+//	   Later, within version 1: "used_networks", the networks the
+//	   declared containers use (Gate.Declare), which alone hold the
+//	   switch under "auto" back. No new version, for the same reasons: a
+//	   meshhost that does not know it waits for every network, as it always
+//	   did (and drops the field when it writes the file, until the agent
+//	   records it again). A file without it is read as not knowing: every
+//	   network the runtime reports holds "auto" back, until the agent's
+//	   next pass records the declaration's.
 const StateVersion = 1
 
 // State is what the gate keeps across restarts.
@@ -44,6 +53,11 @@ type State struct {
 	// machine switched; zero before, and again after the flag went off.
 	AutoSwitchedAt time.Time                `json:"auto_switched_at,omitzero"`
 	Networks       map[string]*NetworkState `json:"networks"`
+	// Used are the networks the declared containers use, sorted
+	// (UsedNetworks of the declaration last given to Gate.Declare): under
+	// "auto" only those hold the switch back. Nil: not recorded yet, and
+	// every network holds it back; empty: no container is declared.
+	Used []string `json:"used_networks,omitzero"`
 	// Settings are those of the gate that sets them (the agent's), for
 	// those that do not (operator commands).
 	Settings Settings `json:"settings,omitzero"`

@@ -46,6 +46,7 @@ func (g *Gate) Status(containers []spec.Container, observed []reconcile.Observed
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.view()
+	auto := autoStatus(s, g.cfg.Now(), g.settings(s))
 	want := spec.Resolve
 	if s.Flag == spec.FlagOff || s.Flag == "" {
 		want = spec.Copy
@@ -69,7 +70,7 @@ func (g *Gate) Status(containers []spec.Container, observed []reconcile.Observed
 		case failures[c.Name] != nil:
 			st.Phase, st.Reason = PhaseFailed, failures[c.Name].Error()
 		case target.Names != want:
-			st.Phase, st.Reason = blocked(s, nets, want)
+			st.Phase, st.Reason = blocked(s, auto, nets, want)
 		case !converged && s.Paused:
 			st.Phase, st.Reason = PhasePending, "paused (meshhost migrate resume)"
 		case !converged && current == nil:
@@ -85,8 +86,9 @@ func (g *Gate) Status(containers []spec.Container, observed []reconcile.Observed
 	return out
 }
 
-// blocked says why a container does not get the mode the flag wants.
-func blocked(s *State, nets []string, want spec.NameMode) (Phase, string) {
+// blocked says why a container does not get the mode the flag wants;
+// auto is what flag auto waits for.
+func blocked(s *State, auto AutoStatus, nets []string, want spec.NameMode) (Phase, string) {
 	if s.Paused {
 		return PhasePending, "paused (meshhost migrate resume)"
 	}
@@ -108,11 +110,35 @@ func blocked(s *State, nets []string, want spec.NameMode) (Phase, string) {
 	case len(unproven) > 0:
 		return PhasePending, "network not probed yet: " + strings.Join(unproven, ", ")
 	case s.Flag == spec.FlagAuto && s.AutoSwitchedAt.IsZero():
-		return PhasePending, "auto: waiting for every network of the machine to pass its probe"
+		return PhasePending, autoWaiting(auto)
 	case len(waiting) > 0:
 		return PhasePending, "network not switched yet: " + strings.Join(waiting, ", ")
 	}
 	return PhasePending, "resolve mode on networks without connectivity changes nothing"
+}
+
+// autoWaiting says what flag auto waits for before the machine switches.
+func autoWaiting(a AutoStatus) string {
+	var b strings.Builder
+	switch {
+	case a.Used == 0:
+		b.WriteString("auto: waiting for the runtime to report a network the declared containers use")
+	case len(a.Holding) == 0:
+		b.WriteString("auto: waiting for the networks the declared containers use to pass their probe")
+	case !a.UsedKnown:
+		// No declaration recorded yet: every network holds the machine.
+		fmt.Fprintf(&b, "auto: waiting for every network of the machine to pass its probe: %s", strings.Join(a.Holding, ", "))
+	default:
+		fmt.Fprintf(&b, "auto: waiting for networks the declared containers use to pass their probe: %s", strings.Join(a.Holding, ", "))
+	}
+	if len(a.Unused) > 0 {
+		them := "them"
+		if len(a.Unused) == 1 {
+			them = "it"
+		}
+		fmt.Fprintf(&b, " (not for %s: no declared container uses %s)", strings.Join(a.Unused, ", "), them)
+	}
+	return b.String()
 }
 
 // ObservedContainers returns the containers of the gate's owner

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/meshhost/meshhost/internal/agent/journal"
@@ -81,6 +82,10 @@ type probeResultJSON struct {
 	Runtime         string        `json:"runtime"`
 	DNS             dnsJSON       `json:"dns"`
 	Attempts        []attemptJSON `json:"attempts,omitempty"`
+	// Used (`meshhost probe --state`): a container of the agent's
+	// declaration uses the network; one none uses does not hold flag auto
+	// back. Absent without --state, or before the agent recorded it.
+	Used *bool `json:"used,omitempty"`
 }
 
 type attemptJSON struct {
@@ -130,6 +135,21 @@ type migrateStateJSON struct {
 	PausedAt       *time.Time                    `json:"paused_at,omitempty"`
 	AutoSwitchedAt *time.Time                    `json:"auto_switched_at,omitempty"`
 	Networks       map[string]migrateNetworkJSON `json:"networks"`
+	// Auto is what flag auto waits for; under another flag, nil.
+	Auto *autoJSON `json:"auto,omitempty"`
+}
+
+// autoJSON is migrations.AutoStatus.
+type autoJSON struct {
+	SwitchedAt *time.Time `json:"switched_at,omitempty"`
+	// Holding: networks a declared container uses whose probe has not
+	// passed: the machine waits for them.
+	Holding []string `json:"holding"`
+	// Unused: networks no declared container uses: probed, not waited for.
+	Unused []string `json:"unused"`
+	// UsedKnown: the state records which networks the declared containers
+	// use; false: every network holds the machine back.
+	UsedKnown bool `json:"used_known"`
 }
 
 type migrateNetworkJSON struct {
@@ -141,6 +161,10 @@ type migrateNetworkJSON struct {
 	Failures     int              `json:"failures"`
 	Resolve      bool             `json:"resolve"`
 	ResolveSince *time.Time       `json:"resolve_since,omitempty"`
+	// Used: a declared container uses the network (under flag auto only
+	// those hold the machine back); absent when the state does not record
+	// the declaration's networks yet.
+	Used *bool `json:"used,omitempty"`
 }
 
 type proofJSON struct {
@@ -157,7 +181,7 @@ func timeOrNil(t time.Time) *time.Time {
 	return &u
 }
 
-func migrateStateOf(st *migrations.State) migrateStateJSON {
+func migrateStateOf(st *migrations.State, auto migrations.AutoStatus) migrateStateJSON {
 	out := migrateStateJSON{Version: st.Version, Flag: string(st.Flag), Paused: st.Paused, PausedAt: timeOrNil(st.PausedAt),
 		AutoSwitchedAt: timeOrNil(st.AutoSwitchedAt), Networks: map[string]migrateNetworkJSON{}}
 	if out.Flag == "" {
@@ -165,7 +189,7 @@ func migrateStateOf(st *migrations.State) migrateStateJSON {
 	}
 	for name, n := range st.Networks {
 		v := migrateNetworkJSON{Kind: string(n.Kind), Present: n.Present, Subnets: orEmpty(n.Subnets), Failures: n.Failures,
-			Resolve: n.Resolve, ResolveSince: timeOrNil(n.ResolveSince)}
+			Resolve: n.Resolve, ResolveSince: timeOrNil(n.ResolveSince), Used: usedOf(st, name)}
 		if n.Last != nil {
 			v.Last = &probeJSON([]migrations.Result{*n.Last})[0]
 		}
@@ -174,5 +198,18 @@ func migrateStateOf(st *migrations.State) migrateStateJSON {
 		}
 		out.Networks[name] = v
 	}
+	if st.Flag == spec.FlagAuto {
+		out.Auto = &autoJSON{SwitchedAt: timeOrNil(auto.SwitchedAt), Holding: orEmpty(auto.Holding), Unused: orEmpty(auto.Unused), UsedKnown: auto.UsedKnown}
+	}
 	return out
+}
+
+// usedOf says whether a declared container uses network n, as st records
+// the declaration; nil when it does not record it.
+func usedOf(st *migrations.State, n string) *bool {
+	if st.Used == nil {
+		return nil
+	}
+	used := slices.Contains(st.Used, n)
+	return &used
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/podman"
+	"github.com/meshhost/meshhost/spec"
 )
 
 func init() {
@@ -59,7 +60,7 @@ func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 			if *output == "json" {
 				return exitOK, json.NewEncoder(env.stdout).Encode(struct {
 					State migrateStateJSON `json:"state"`
-				}{migrateStateOf(st)})
+				}{migrateStateOf(st, gate.Auto())})
 			}
 			fmt.Fprintf(env.stdout, "migration %s\n", done)
 			return exitOK, nil
@@ -80,7 +81,7 @@ func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 		} else {
 			listErr = "no podman socket given (--podman): containers not listed"
 		}
-		st := gate.State()
+		st, auto := gate.State(), gate.Auto()
 		containers := gate.Status(gate.ObservedContainers(observed), observed, nil)
 		if *output == "json" {
 			code := 0
@@ -91,7 +92,7 @@ func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 				State      migrateStateJSON             `json:"state"`
 				Containers []migrations.ContainerStatus `json:"containers"`
 				ListError  string                       `json:"list_error,omitempty"`
-			}{migrateStateOf(st), orEmpty(containers), listErr})
+			}{migrateStateOf(st, auto), orEmpty(containers), listErr})
 		}
 		paused := ""
 		if st.Paused {
@@ -99,7 +100,7 @@ func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 		}
 		fmt.Fprintf(env.stdout, "flag: %s%s\n\n", cmp.Or(string(st.Flag), "off"), paused)
 		tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NETWORK\tKIND\tMODE\tSTRATEGY\tLAST PROBE\tRESULT\tREASON")
+		fmt.Fprintln(tw, "NETWORK\tKIND\tMODE\tSTRATEGY\tUSED\tLAST PROBE\tRESULT\tREASON")
 		names := make([]string, 0, len(st.Networks))
 		for n, ns := range st.Networks {
 			if ns.Present {
@@ -123,9 +124,12 @@ func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 					res = fmt.Sprintf("FAIL (%d in a row)", ns.Failures)
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n, ns.Kind, mode, strategy, at, res, reason)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n, ns.Kind, mode, strategy, usedColumn(st, n), at, res, reason)
 		}
 		tw.Flush()
+		if st.Flag == spec.FlagAuto {
+			fmt.Fprintf(env.stdout, "\n%s\n", autoLine(auto))
+		}
 		fmt.Fprintln(env.stdout)
 		if listErr != "" {
 			fmt.Fprintf(env.stdout, "containers: %s\n", listErr)
@@ -142,4 +146,47 @@ func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 		fmt.Fprintf(env.stdout, "\n%d done, %d pending, %d failed\n", counts[migrations.PhaseDone], counts[migrations.PhasePending], counts[migrations.PhaseFailed])
 		return 0, nil
 	}
+}
+
+// usedColumn says whether a declared container uses network n, as the
+// state records the agent's declaration: "yes", "no" (it does not hold
+// flag auto back) or "-" (not recorded yet).
+func usedColumn(st *migrations.State, n string) string {
+	switch {
+	case st.Used == nil:
+		return "-"
+	case slices.Contains(st.Used, n):
+		return "yes"
+	}
+	return "no"
+}
+
+// autoLine says what flag auto waits for, and what it does not.
+func autoLine(a migrations.AutoStatus) string {
+	var b strings.Builder
+	switch {
+	case !a.SwitchedAt.IsZero():
+		fmt.Fprintf(&b, "auto: the machine switched at %s; each network is in resolve mode once its probe passes", a.SwitchedAt.UTC().Format(time.RFC3339))
+	case len(a.Holding) > 0 && !a.UsedKnown:
+		fmt.Fprintf(&b, "auto: the machine keeps copied names until every network passes its probe (no declaration recorded yet): waiting for %s", strings.Join(a.Holding, ", "))
+	case len(a.Holding) > 0:
+		fmt.Fprintf(&b, "auto: the machine keeps copied names until the networks its declared containers use pass their probe: waiting for %s", strings.Join(a.Holding, ", "))
+	case a.Used == 0:
+		b.WriteString("auto: no network the declared containers use is reported by the runtime yet")
+	default:
+		b.WriteString("auto: every network the declared containers use passed its probe; the machine switches at the agent's next pass")
+	}
+	if len(a.Unused) > 0 {
+		them := "them"
+		if len(a.Unused) == 1 {
+			them = "it"
+		}
+		if a.SwitchedAt.IsZero() {
+			fmt.Fprintf(&b, "\nauto: not waiting for %s: no declared container uses %s", strings.Join(a.Unused, ", "), them)
+		} else {
+			fmt.Fprintf(&b, "\nauto: no declared container uses %s: %s did not hold the switch back", strings.Join(a.Unused, ", "), them)
+		}
+		b.WriteString(" (a container declared there later keeps copied names until the network passes its probe)")
+	}
+	return b.String()
 }

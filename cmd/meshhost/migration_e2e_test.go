@@ -35,7 +35,9 @@ const (
 // podman, driven through the real agent (in-process) with containers on
 // podman's default network (web), a DNS-enabled network (api, and its
 // peer cache) and an internal network without DNS (db), with
-// db <- api <- web as dependencies:
+// db <- api <- web as dependencies, on a machine that also has a network
+// no declared container uses: an --internal network with aardvark-dns
+// (unused), where no strategy can work, so its probe always fails:
 //
 //  1. Unreachable: the node-local address is not assigned, and the test
 //     holds the aardvark strategy's loopback address (port 53), so the
@@ -43,19 +45,24 @@ const (
 //     the resolver and its probe fails. The flag is auto, so the gate stays
 //     closed for the whole machine, even for the networks whose probes
 //     passed: every container is created once, in copy mode, and several
-//     passes replace nothing.
+//     passes replace nothing. The gate says the DNS-enabled network holds
+//     it, and the unused network does not.
 //  2. Reachable: the test lets go of the loopback address, the node-local
 //     address is assigned to lo and the agent restarted on the same state
 //     directory. The failed network is probed again and passes: through
 //     aardvark-dns where it forwards to a container's --dns servers
 //     (podman 4.4 and later), through the node-local address otherwise.
-//     The machine switches, and each container is replaced exactly once
-//     (counted from podman's create events), dependencies started before
-//     their dependants; further passes change nothing.
+//     The machine switches, though the unused network still fails its
+//     probe, and each container is replaced exactly once (counted from
+//     podman's create events), dependencies started before their
+//     dependants; further passes change nothing.
 //  3. The crux: a name added to the roster after the containers were
 //     created resolves inside a container on each network, a peer's
 //     container name still resolves through aardvark-dns, a name outside
 //     the mesh is forwarded, and the roster change replaces nothing.
+//     Then a container declared onto the unused network (still failing)
+//     is created in copy mode, the roster in its /etc/hosts, and nothing
+//     else is replaced.
 //  4. Flag off: each container is replaced exactly once more, into copy
 //     mode, and /etc/hosts carries the roster again, the late name included.
 func TestMigrationEndToEnd(t *testing.T) {
@@ -103,6 +110,9 @@ func TestMigrationEndToEnd(t *testing.T) {
 	// Podman 4.3 gives an internal network without DNS a gateway only when
 	// asked, and the gateway strategy needs one.
 	intNet := h.Network("int", "--internal", "--disable-dns", "--subnet", "10.213.78.0/24", "--gateway", "10.213.78.1")
+	// No declared container uses it (until phase 3): it must not hold the
+	// machine back.
+	unusedNet := h.Network("unused", "--internal", "--subnet", "10.213.79.0/24", "--gateway", "10.213.79.1")
 	db, api, cache, web := h.Name("db"), h.Name("api"), h.Name("cache"), h.Name("web")
 	all := []string{db, api, cache, web}
 	netOf := map[string]string{db: intNet, api: dnsNet, cache: dnsNet, web: "podman"}
@@ -131,9 +141,10 @@ func TestMigrationEndToEnd(t *testing.T) {
 		container(cache, []string{dnsNet}),
 		container(web, nil, api), // podman's default network
 	})
+	declared := string(containers)
 	roster := map[string]string{"alpha.internal": "10.1.1.1"}
 	decl := func(gen int, flag string) string {
-		return declDoc(machine, gen, flag, roster, string(containers))
+		return declDoc(machine, gen, flag, roster, declared)
 	}
 
 	// inspect returns each container's ID, whether it runs, when it started
@@ -225,14 +236,14 @@ func TestMigrationEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range []string{"podman", dnsNet, intNet} {
+		for _, n := range []string{"podman", dnsNet, intNet, unusedNet} {
 			if ns := st.Networks[n]; ns == nil || ns.Last == nil {
 				return false
 			}
 		}
 		return true
 	})
-	for n, wantPass := range map[string]bool{"podman": true, intNet: true, dnsNet: false} {
+	for n, wantPass := range map[string]bool{"podman": true, intNet: true, dnsNet: false, unusedNet: false} {
 		ns := st.Networks[n]
 		t.Logf("probe of %s (%s): pass=%v strategy=%s reason=%s", n, ns.Kind, ns.Last.Pass, ns.Last.Strategy, ns.Last.Reason)
 		if ns.Last.Pass != wantPass {
@@ -250,6 +261,22 @@ func TestMigrationEndToEnd(t *testing.T) {
 	}
 	if !st.AutoSwitchedAt.IsZero() {
 		t.Errorf("the machine switched under auto at %v with a network failing", st.AutoSwitchedAt)
+	}
+	if k := st.Networks[unusedNet].Kind; k != migrations.KindInternalDNS {
+		t.Errorf("network %s is of kind %s, want %s", unusedNet, k, migrations.KindInternalDNS)
+	}
+	// What holds the machine: the DNS-enabled network its containers use,
+	// not the unused one (nor any other network the service has).
+	if slices.Contains(st.Used, unusedNet) || !slices.Contains(st.Used, dnsNet) {
+		t.Errorf("the gate records the networks used as %v, want %s among them and not %s", st.Used, dnsNet, unusedNet)
+	}
+	_, out, _ := runCLI(t, nil, "migrate", "status", "--state", state, "--podman", h.Socket())
+	t.Logf("meshhost migrate status, the gate closed:\n%s", out)
+	notWaiting := slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
+		return strings.HasPrefix(l, "auto: not waiting for ") && strings.Contains(l, unusedNet)
+	})
+	if !strings.Contains(out, "waiting for "+dnsNet+"\n") || !notWaiting {
+		t.Errorf("meshhost migrate status does not say the machine waits for %s only, not for %s:\n%s", dnsNet, unusedNet, out)
 	}
 	before := inspect()
 	passes(4)
@@ -302,6 +329,12 @@ func TestMigrationEndToEnd(t *testing.T) {
 	if st, err = migrations.LoadState(statedir.New(state).Migrations()); err != nil {
 		t.Fatal(err)
 	}
+	if ns := st.Networks[unusedNet]; ns.Resolve || ns.Last == nil || ns.Last.Pass {
+		t.Errorf("the unused network %s: resolve %v, last probe %+v; want copy mode and a failing probe", unusedNet, ns.Resolve, ns.Last)
+	}
+	if st.AutoSwitchedAt.IsZero() {
+		t.Errorf("the machine did not switch under auto")
+	}
 	for n, want := range map[string]migrations.Strategy{"podman": migrations.StrategyGateway, dnsNet: dnsStrategy, intNet: migrations.StrategyGateway} {
 		if ns := st.Networks[n]; !ns.Resolve {
 			t.Errorf("network %s is not in resolve mode after the migration", n)
@@ -315,10 +348,10 @@ func TestMigrationEndToEnd(t *testing.T) {
 	// meshhost migrate status says which strategy each network got.
 	code, out, stderr := runCLI(t, nil, "migrate", "status", "--state", state, "--podman", h.Socket())
 	t.Logf("meshhost migrate status:\n%s", out)
-	for _, row := range [][]string{{dnsNet, "resolve", string(dnsStrategy)}, {intNet, "resolve", "gateway"}} {
+	for _, row := range [][]string{{dnsNet, "resolve", string(dnsStrategy), "yes"}, {intNet, "resolve", "gateway", "yes"}, {unusedNet, "copy", "-", "no"}} {
 		if !slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
 			f := strings.Fields(l)
-			return len(f) > 3 && f[0] == row[0] && f[2] == row[1] && f[3] == row[2]
+			return len(f) > 4 && f[0] == row[0] && f[2] == row[1] && f[3] == row[2] && f[4] == row[3]
 		}) {
 			t.Errorf("meshhost migrate status (exit %d, %s) has no row %v:\n%s", code, stderr, row, out)
 		}
@@ -368,11 +401,49 @@ func TestMigrationEndToEnd(t *testing.T) {
 		t.Errorf("a roster change in resolve mode changed containers:\nbefore %v\nafter  %v", switched, after)
 	}
 
+	// A container declared onto the unused network, which still fails its
+	// probe: copy mode, and nothing else replaced.
+	t.Log("phase 3b: a container is declared onto the network no container used")
+	phase3b := time.Now()
+	late := h.Name("late")
+	var withLate []map[string]any
+	if err := json.Unmarshal(containers, &withLate); err != nil {
+		t.Fatal(err)
+	}
+	withLate = append(withLate, container(late, []string{unusedNet}))
+	lateJSON, _ := json.Marshal(withLate)
+	declared = string(lateJSON)
+	pushDeclaration(t, push, decl(3, "auto"))
+	eventually(t, "the container on the unused network runs", 60*time.Second, func() bool {
+		out, err := h.Podman("inspect", "--format", "{{.State.Running}}", late)
+		return err == nil && strings.TrimSpace(out) == "true"
+	})
+	if dns := h.MustPodman("inspect", "--format", "{{.HostConfig.Dns}}", late); strings.Trim(strings.TrimSpace(dns), "[]") != "" {
+		t.Errorf("%s, on a network whose probe fails, was created with DNS servers %s, want copy mode", late, dns)
+	}
+	if hs := hosts(late); !strings.Contains(hs, "10.1.1.9\tlate.internal") {
+		t.Errorf("%s, on a network whose probe fails, has no copied roster:\n%s", late, hs)
+	}
+	passes(2)
+	if got := creates(phase3b); len(got) != 0 {
+		t.Errorf("declaring a container onto the unused network created %v among the others", got)
+	}
+	if after := inspect(); !maps.Equal(after, switched) {
+		t.Errorf("declaring a container onto the unused network changed the others:\nbefore %v\nafter  %v", switched, after)
+	}
+	if st, err = migrations.LoadState(statedir.New(state).Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	if st.AutoSwitchedAt.IsZero() || st.Networks[unusedNet].Resolve || !slices.Contains(st.Used, unusedNet) {
+		t.Errorf("after declaring %s onto %s: switched at %v, %s in resolve mode %v, used %v; want still switched, it in copy mode and used",
+			late, unusedNet, st.AutoSwitchedAt, unusedNet, st.Networks[unusedNet].Resolve, st.Used)
+	}
+
 	// 4. Flag off is the rollback: each container is replaced once more,
 	// into copy mode, with the current roster in its hosts.
 	t.Log("phase 4: the flag goes off")
 	phase4 := time.Now()
-	pushDeclaration(t, push, decl(3, "off"))
+	pushDeclaration(t, push, decl(4, "off"))
 	eventually(t, "every container runs in copy mode again", 90*time.Second, settled(false))
 	back := inspect()
 	passes(3)

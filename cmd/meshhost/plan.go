@@ -182,7 +182,9 @@ func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, ser
 	if err != nil {
 		return nil, err
 	}
-	if err := gate.SetFlag(decl.MeshNames); err != nil {
+	// As the agent's pass: the flag and the networks decl's containers
+	// use, which alone hold flag auto back.
+	if err := gate.Declare(decl); err != nil {
 		return nil, err
 	}
 	observed, err := rt.List(ctx)

@@ -22,7 +22,9 @@ resolve-mode container there, with a resolver of its own (canary zone
 ` + probeZone + `, forwarding to a stub on loopback), and prints one row per
 network. It binds the strategies' addresses itself, so while the agent holds
 them the rows say so: read the agent's results with meshhost migrate status.
-Exit 0 when every network passed, 3 when one failed.`
+With --state under flag auto it also says which networks the switch waits for
+and which it ignores because no declared container uses them.
+Exit 0 when every network passed, 3 when one failed (used or not).`
 
 func init() {
 	register(command{name: "probe", summary: "prove, network by network, that containers reach the resolver", long: probeLong, define: defineProbe})
@@ -132,9 +134,21 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 			}
 		}
 		if *output == "json" {
-			return code, json.NewEncoder(env.stdout).Encode(probeJSON(results))
+			out := probeJSON(results)
+			if gate != nil {
+				st := gate.State()
+				for i := range out {
+					out[i].Used = usedOf(st, out[i].Network)
+				}
+			}
+			return code, json.NewEncoder(env.stdout).Encode(out)
 		}
 		printProbeTable(env, results)
+		if gate != nil && gate.State().Flag == spec.FlagAuto {
+			// What the results recorded mean for the switch: a failing
+			// network no declared container uses holds nothing back.
+			fmt.Fprintf(env.stdout, "\n%s\n", autoLine(gate.Auto()))
+		}
 		return code, nil
 	}
 }

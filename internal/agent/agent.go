@@ -519,9 +519,12 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		return rep, err
 	}
 
-	// 2. The gate: networks, probes, modes. Zones are never changed in
-	// place: a roster change replaces the list.
-	if err := a.cfg.Gate.SetFlag(decl.MeshNames); err != nil {
+	// 2. The gate: the declaration's flag and the networks its containers
+	// use (under auto, only those hold the switch back; every network
+	// the runtime has is still observed and probed), then networks,
+	// probes, modes. Zones are never changed in place: a roster change
+	// replaces the list.
+	if err := a.cfg.Gate.Declare(decl); err != nil {
 		return rep, fmt.Errorf("setting the migration flag: %w", err)
 	}
 	if err := a.gateLocked(ctx, zones, rep); err != nil {
