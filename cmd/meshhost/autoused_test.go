@@ -15,12 +15,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/meshhost/meshhost/internal/agent"
-	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
-	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -73,22 +70,7 @@ func provenExceptLonely(t *testing.T, gate *migrations.Gate, podmanFails ...bool
 // Then migrate status says the unused network holds nothing back.
 func TestPlanAgreesWithTheAgentOnUnusedNetworks(t *testing.T) {
 	state := t.TempDir()
-	dir := statedir.New(state)
-	res := planResolver(t, dir, false)
-	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: "ace"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := memory.New(memory.Options{})
-	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 100, Window: time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	source := declsource.New(declsource.Config{Machine: "ace"})
-	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: res, Gate: gate, Source: source, State: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, source, gate, rt := planAgent(t, state, false)
 	ctx := context.Background()
 	if _, err := source.Offer(autoDeclaration(1, true), "test"); err != nil {
 		t.Fatal(err)
@@ -118,7 +100,7 @@ func TestPlanAgreesWithTheAgentOnUnusedNetworks(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &planned); err != nil {
 		t.Fatalf("plan output: %v\n%s", err, stdout.String())
 	}
-	if !mustLoadState(t, dir).AutoSwitchedAt.IsZero() {
+	if !mustLoadState(t, statedir.New(state)).AutoSwitchedAt.IsZero() {
 		t.Fatal("meshhost plan wrote the agent's migration state")
 	}
 

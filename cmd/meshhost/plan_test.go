@@ -96,22 +96,7 @@ func planResolver(t *testing.T, dir statedir.Dir, service bool) agent.Resolver {
 
 func testPlanAgreesWithTheAgent(t *testing.T, service bool) {
 	state := t.TempDir()
-	dir := statedir.New(state)
-	res := planResolver(t, dir, service)
-	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: "ace"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := memory.New(memory.Options{})
-	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 100, Window: time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	source := declsource.New(declsource.Config{Machine: "ace"})
-	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: res, Gate: gate, Source: source, State: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, source, _, rt := planAgent(t, state, service)
 	ctx := context.Background()
 	if _, err := source.Offer(planDeclaration(1, "web", 12), "test"); err != nil {
 		t.Fatal(err)
@@ -325,4 +310,29 @@ func TestPlanRefusesWithoutTheRosterInForce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// planAgent is an agent of machine ace on the in-memory runtime with its
+// state in state, its resolver embedded or a service of its own
+// (planResolver), as plan finds it; with its declaration source, gate and
+// runtime.
+func planAgent(t *testing.T, state string, service bool) (*agent.Agent, *declsource.Source, *migrations.Gate, *memory.Runtime) {
+	t.Helper()
+	dir := statedir.New(state)
+	res := planResolver(t, dir, service)
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: "ace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := memory.New(memory.Options{})
+	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 100, Window: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := declsource.New(declsource.Config{Machine: "ace"})
+	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: res, Gate: gate, Source: source, State: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, source, gate, rt
 }
