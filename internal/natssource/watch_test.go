@@ -258,10 +258,22 @@ func TestWatchAppliesDeltas(t *testing.T) {
 		t.Errorf("PublishRoster(3) = %+v, want 1 set and 2 removed", res)
 	}
 	waitFor(t, 20*time.Second, "generation 3 applied", func() bool { return rec.last() == 3 })
+	// rec.last moves in rec.onChange, before this test's OnChange appends
+	// to changes: wait for that too.
+	waitFor(t, 20*time.Second, "generation 3's change recorded", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(changes) >= 3
+	})
 
 	mu.Lock()
-	if len(changes) != 3 || !changes[0].Full || changes[1].Full || changes[2].Full {
-		t.Errorf("changes: %d, full reads %v; want 3, only the first a whole read", len(changes), []bool{changes[0].Full, changes[1].Full, changes[2].Full})
+	var full []bool
+	for _, ch := range changes {
+		full = append(full, ch.Full)
+	}
+	if !slices.Equal(full, []bool{true, false, false}) {
+		mu.Unlock()
+		t.Fatalf("changes: full reads %v; want 3 changes, only the first a whole read", full)
 	}
 	if got := changes[1]; len(got.Set) != 1 || len(got.Removed) != 0 || got.Previous != 1 {
 		t.Errorf("generation 2's change = %+v, want h5 alone", got)
@@ -271,10 +283,15 @@ func TestWatchAppliesDeltas(t *testing.T) {
 	}
 	mu.Unlock()
 
-	// The sink has the declaration with the roster in force.
-	rec.mu.Lock()
-	last := rec.decls[len(rec.decls)-1]
-	rec.mu.Unlock()
+	// The sink has the declaration with the roster in force (handed to it
+	// after OnChange: waited for).
+	var last *spec.Declaration
+	waitFor(t, 20*time.Second, "the sink takes roster 3", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		last = rec.decls[len(rec.decls)-1]
+		return last.Roster.Generation >= 3
+	})
 	if last.Generation != 7 || last.Roster.Generation != 3 || len(last.Containers) != 1 {
 		t.Errorf("sink's last declaration: generation %d roster %d containers %d; want 7, 3, 1", last.Generation, last.Roster.Generation, len(last.Containers))
 	}
