@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -84,22 +81,10 @@ func TestPlanAgreesWithTheAgentOnUnusedNetworks(t *testing.T) {
 	}
 
 	next := autoDeclaration(2, false)
-	file := filepath.Join(t.TempDir(), "next.json")
-	if err := os.WriteFile(file, next, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, stderr bytes.Buffer
-	env := &environment{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" },
-		openRuntime: func(context.Context, string) (reconcile.Runtime, bool, error) { return rt, false, nil }}
-	if code := run(ctx, env, []string{"plan", "--declaration", file, "--state", state, "--output", "json"}); code != 2 {
-		t.Fatalf("meshhost plan = exit %d, want 2 (changes)\n%s%s", code, stdout.String(), stderr.String())
-	}
 	var planned struct {
 		Actions []actionJSON `json:"actions"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &planned); err != nil {
-		t.Fatalf("plan output: %v\n%s", err, stdout.String())
-	}
+	planJSON(t, rt, state, next, &planned)
 	if !mustLoadState(t, statedir.New(state)).AutoSwitchedAt.IsZero() {
 		t.Fatal("meshhost plan wrote the agent's migration state")
 	}

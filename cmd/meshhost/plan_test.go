@@ -106,24 +106,11 @@ func testPlanAgreesWithTheAgent(t *testing.T, service bool) {
 	}
 
 	next := planDeclaration(2, "frontend", 6) // drops 6 of 12 names: held
-	file := filepath.Join(t.TempDir(), "next.json")
-	if err := os.WriteFile(file, next, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, stderr bytes.Buffer
-	env := &environment{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" },
-		openRuntime: func(context.Context, string) (reconcile.Runtime, bool, error) { return rt, false, nil }}
-	code := run(ctx, env, []string{"plan", "--declaration", file, "--state", state, "--output", "json"})
-	if code != 2 {
-		t.Fatalf("meshhost plan = exit %d, want 2 (changes)\n%s%s", code, stdout.String(), stderr.String())
-	}
 	var planned struct {
 		Actions []actionJSON `json:"actions"`
 		Roster  rosterJSON   `json:"roster"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &planned); err != nil {
-		t.Fatalf("plan output: %v\n%s", err, stdout.String())
-	}
+	planJSON(t, rt, state, next, &planned)
 	if planned.Roster.InForce != 1 || !strings.Contains(planned.Roster.Held, "drops 6 of 12 names") {
 		t.Errorf("plan's roster = %+v, want generation 1 in force and generation 2 held", planned.Roster)
 	}
@@ -157,7 +144,13 @@ func testPlanAgreesWithTheAgent(t *testing.T, service bool) {
 	}
 
 	// explain renders the same way: web's only change is its env.
-	stdout.Reset()
+	file := filepath.Join(t.TempDir(), "next.json")
+	if err := os.WriteFile(file, next, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	env := &environment{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" },
+		openRuntime: func(context.Context, string) (reconcile.Runtime, bool, error) { return rt, false, nil }}
 	if code := run(ctx, env, []string{"explain", "web", "--declaration", file, "--state", state}); code != 0 {
 		t.Fatalf("meshhost explain web = exit %d\n%s", code, stderr.String())
 	}
@@ -206,22 +199,10 @@ func TestPlanOfADelta(t *testing.T) {
 	}
 	delta := []byte(`{"schema": 1, "machine": "ace", "generation": 2,
 	  "roster_delta": {"from": 1, "generation": 2, "set": {"cache.internal": ["10.9.1.1"]}, "remove": ["n3.internal"]}}`)
-	file := filepath.Join(t.TempDir(), "delta.json")
-	if err := os.WriteFile(file, delta, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, stderr bytes.Buffer
-	env := &environment{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" },
-		openRuntime: func(context.Context, string) (reconcile.Runtime, bool, error) { return rt, false, nil }}
-	if code := run(ctx, env, []string{"plan", "--declaration", file, "--state", state, "--output", "json"}); code != 2 {
-		t.Fatalf("meshhost plan of a delta = exit %d, want 2\n%s%s", code, stdout.String(), stderr.String())
-	}
 	var planned struct {
 		Actions []actionJSON `json:"actions"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &planned); err != nil {
-		t.Fatalf("plan output: %v\n%s", err, stdout.String())
-	}
+	planJSON(t, rt, state, delta, &planned)
 	if _, err := source.Offer(delta, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +227,8 @@ func TestPlanOfADelta(t *testing.T) {
 		t.Errorf("replacements %v do not name the hosts changed", did)
 	}
 
-	stdout.Reset()
+	var stdout, stderr bytes.Buffer
+	env := &environment{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
 	if code := run(ctx, env, []string{"roster", "diff", "1", "2", "--state", state}); code != 0 {
 		t.Fatalf("roster diff 1 2 = exit %d\n%s", code, stderr.String())
 	}
@@ -335,4 +317,24 @@ func planAgent(t *testing.T, state string, service bool) (*agent.Agent, *declsou
 		t.Fatal(err)
 	}
 	return a, source, gate, rt
+}
+
+// planJSON runs `meshhost plan --output json` of the declaration doc on
+// the state directory state and the runtime rt, wants exit 2 (changes),
+// and reads its output into out.
+func planJSON(t *testing.T, rt reconcile.Runtime, state string, doc []byte, out any) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "declaration.json")
+	if err := os.WriteFile(file, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	env := &environment{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" },
+		openRuntime: func(context.Context, string) (reconcile.Runtime, bool, error) { return rt, false, nil }}
+	if code := run(context.Background(), env, []string{"plan", "--declaration", file, "--state", state, "--output", "json"}); code != 2 {
+		t.Fatalf("meshhost plan = exit %d, want 2 (changes)\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
+		t.Fatalf("plan output: %v\n%s", err, stdout.String())
+	}
 }
