@@ -78,7 +78,12 @@ func newFullFixture(t *testing.T, dirs stateDirs) *fullFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jnl, err := journal.Open(dirs.journal, journal.Options{})
+	// Segments of one entry (Keep 4): each entry is a file of its own, so
+	// that on a full disk every journal write fails. With longer segments
+	// an entry that fits in the last page of its segment is written, full
+	// disk or not; the journal's TestJournalOnFullDisk has the appends
+	// that do not fit.
+	jnl, err := journal.Open(dirs.journal, journal.Options{Keep: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,19 +113,7 @@ func (j *Journal) Declaration(gen uint64) (*spec.Declaration, error) {
 
 // Declarations returns every declaration entry held, oldest first.
 func (j *Journal) Declarations() ([]DeclarationEntry, error) {
-	gens, err := j.keys(declarationsDir)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]DeclarationEntry, 0, len(gens))
-	for _, g := range gens {
-		var e DeclarationEntry
-		if err := j.read(declarationsDir, g, &e); err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	return decodeAll[DeclarationEntry](j, declarationsDir)
 }
 
 // RosterDiff returns what changed from roster generation a to roster

@@ -2,20 +2,15 @@ package journal
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
-	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 )
 
 // Version is the format of the journal's entries.
@@ -32,9 +27,16 @@ import (
 //	   roster generation, holding its diff; the roster's history is the
 //	   chain of the diffs of both kinds. Older entries are read as they
 //	   are.
-const Version = 3
+//	4: entries are appended to segments (NNN.log: deltalog records, one
+//	   an entry, the file named by its first entry's key) instead of
+//	   being files of their own: recording one is an append and an
+//	   fsync. The entries' JSON is unchanged. Entry files of versions 1
+//	   to 3 are read, and pruned, as they are; a meshhost older than 4
+//	   does not see the entries in segments.
+const Version = 4
 
-// DefaultKeep is how many entries of each kind a journal keeps.
+// DefaultKeep is how many entries of each kind a journal keeps (and up to
+// a segment more: pruning drops whole segments).
 const DefaultKeep = 200
 
 // DefaultMaxBytes bounds the bytes of each kind of entry: a version 1
@@ -53,8 +55,9 @@ var ErrOlderGeneration = errors.New("generations never go backwards")
 
 // Options configures a Journal.
 type Options struct {
-	// Keep is how many declarations, and how many passes, are kept.
-	// Default DefaultKeep.
+	// Keep is how many declarations, rosters and passes are kept, each:
+	// at least Keep, and up to a segment (Keep/4) more, since the oldest
+	// go a segment at a time. Default DefaultKeep.
 	Keep int
 	// MaxBytes bounds the bytes of the declarations kept, and of the passes
 	// kept; the oldest go first. Default DefaultMaxBytes.
@@ -71,17 +74,7 @@ type Journal struct {
 	// mu guards writes and the fields below.
 	mu      sync.Mutex
 	nextSeq uint64
-	// held is, per kind, the entries on disk and their sizes, in key
-	// order, read once at the first write and kept since: a write costs
-	// its entry, not a listing of the journal.
-	held map[string]*held
-}
-
-// held is the entries of one kind.
-type held struct {
-	keys  []uint64
-	sizes []int64
-	total int64
+	held    map[string]*held // per kind: see held
 }
 
 const (
@@ -105,13 +98,13 @@ func Open(dir string, opts Options) (*Journal, error) {
 			return nil, fmt.Errorf("opening journal: %w", err)
 		}
 	}
-	seqs, err := j.keys(passesDir)
+	j.mu.Lock()
+	last, _, err := j.lastLocked(passesDir)
+	j.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	if len(seqs) > 0 {
-		j.nextSeq = seqs[len(seqs)-1]
-	}
+	j.nextSeq = last
 	j.nextSeq++
 	return j, nil
 }
@@ -126,126 +119,6 @@ func ownerOnly(d string) error {
 		return nil
 	}
 	return os.Chmod(d, 0o700)
-}
-
-// keys returns the numbers naming the entries of sub, in order.
-func (j *Journal) keys(sub string) ([]uint64, error) {
-	des, err := os.ReadDir(filepath.Join(j.dir, sub))
-	if err != nil {
-		return nil, fmt.Errorf("reading journal: %w", err)
-	}
-	var out []uint64
-	for _, de := range des {
-		base, ok := strings.CutSuffix(de.Name(), ".json")
-		if !ok || strings.HasPrefix(base, ".") {
-			continue
-		}
-		if n, err := strconv.ParseUint(base, 10, 64); err == nil {
-			out = append(out, n)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-func (j *Journal) path(sub string, key uint64) string {
-	return filepath.Join(j.dir, sub, fmt.Sprintf("%020d.json", key))
-}
-
-// writeLocked stores v as the entry key of sub, atomically, and prunes the
-// oldest entries beyond Keep.
-func (j *Journal) writeLocked(sub string, key uint64, v any) error {
-	syncs.AssertLocked(&j.mu)
-	// Compact: indenting would also indent an embedded declaration, and
-	// with it a roster of 100,000 names.
-	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encoding journal entry: %w", err)
-	}
-	h, err := j.heldLocked(sub)
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(j.path(sub, key), data); err != nil {
-		return fmt.Errorf("writing journal entry: %w", err)
-	}
-	h.add(key, int64(len(data)))
-	for len(h.keys) > 1 && (len(h.keys) > j.keep || h.total > j.maxBytes) {
-		if err := os.Remove(j.path(sub, h.keys[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("pruning journal: %w", err)
-		}
-		h.total -= h.sizes[0]
-		h.keys, h.sizes = h.keys[1:], h.sizes[1:]
-	}
-	return nil
-}
-
-// heldLocked returns the entries of sub, listing the directory the first
-// time.
-func (j *Journal) heldLocked(sub string) (*held, error) {
-	syncs.AssertLocked(&j.mu)
-	if h := j.held[sub]; h != nil {
-		return h, nil
-	}
-	keys, err := j.keys(sub)
-	if err != nil {
-		return nil, err
-	}
-	h := &held{}
-	for _, k := range keys {
-		if fi, err := os.Stat(j.path(sub, k)); err == nil {
-			h.add(k, fi.Size())
-		}
-	}
-	if j.held == nil {
-		j.held = map[string]*held{}
-	}
-	j.held[sub] = h
-	return h, nil
-}
-
-// add records entry key of size bytes (written anew: it replaces one of
-// that key).
-func (h *held) add(key uint64, size int64) {
-	i, found := slices.BinarySearch(h.keys, key)
-	if found {
-		h.total += size - h.sizes[i]
-		h.sizes[i] = size
-		return
-	}
-	h.keys = slices.Insert(h.keys, i, key)
-	h.sizes = slices.Insert(h.sizes, i, size)
-	h.total += size
-}
-
-// lastLocked returns the newest key of sub, and false for none.
-func (j *Journal) lastLocked(sub string) (uint64, bool, error) {
-	syncs.AssertLocked(&j.mu)
-	h, err := j.heldLocked(sub)
-	if err != nil || len(h.keys) == 0 {
-		return 0, false, err
-	}
-	return h.keys[len(h.keys)-1], true, nil
-}
-
-func (j *Journal) read(sub string, key uint64, v any) error {
-	data, err := os.ReadFile(j.path(sub, key))
-	if errors.Is(err, os.ErrNotExist) {
-		return ErrNotFound
-	}
-	if err != nil {
-		return fmt.Errorf("reading journal entry: %w", err)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("reading journal entry %s: %w", j.path(sub, key), err)
-	}
-	return nil
-}
-
-// writeFileAtomic replaces path with data; a crash leaves the old file or
-// the new one, never a part.
-func writeFileAtomic(path string, data []byte) error {
-	return atomicfile.Write(path, data, 0o600)
 }
 
 // Entry is one line of the history: a declaration applied, a roster that

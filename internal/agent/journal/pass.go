@@ -43,17 +43,5 @@ func (j *Journal) RecordPass(p PassEntry) (PassEntry, error) {
 
 // Passes returns every pass entry held, oldest first.
 func (j *Journal) Passes() ([]PassEntry, error) {
-	seqs, err := j.keys(passesDir)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]PassEntry, 0, len(seqs))
-	for _, s := range seqs {
-		var p PassEntry
-		if err := j.read(passesDir, s, &p); err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return decodeAll[PassEntry](j, passesDir)
 }

@@ -53,19 +53,7 @@ func (j *Journal) RecordRoster(machine string, gen uint64, diff Diff, at time.Ti
 
 // Rosters returns every roster entry held, oldest first.
 func (j *Journal) Rosters() ([]RosterEntry, error) {
-	gens, err := j.keys(rostersDir)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]RosterEntry, 0, len(gens))
-	for _, g := range gens {
-		var e RosterEntry
-		if err := j.read(rostersDir, g, &e); err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	return decodeAll[RosterEntry](j, rostersDir)
 }
 
 // link is one step of the roster's history: the roster generation an
