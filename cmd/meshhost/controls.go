@@ -94,7 +94,14 @@ func defineStatus(env *environment, fs *flag.FlagSet) runner {
 		}
 		if decl != nil {
 			out.Machine, out.Generation, out.MeshNames, out.Containers = decl.Machine, decl.Generation, string(decl.MeshNames), len(decl.Containers)
+			// The roster in force is the resolver's: a NATS roster change
+			// moves it without saving the declaration again.
 			out.RosterGeneration = decl.Roster.Generation
+			if gen, err := agent.ServedGeneration(ctx, dir); err != nil {
+				fmt.Fprintf(env.stderr, "meshhost status: the roster shown is the one saved with the declaration: %v\n", err)
+			} else if gen != 0 {
+				out.RosterGeneration = gen
+			}
 		}
 		st, err := agent.LoadStatus(dir)
 		if err != nil {
@@ -103,8 +110,10 @@ func defineStatus(env *environment, fs *flag.FlagSet) runner {
 		out.HoldAbove = agent.DefaultHoldAbove
 		if st != nil {
 			out.AgentStatus = true
-			out.HoldAbove, out.RosterGeneration = st.HoldAbove, st.RosterGeneration
-			if st.Generation == out.Generation {
+			out.HoldAbove = st.HoldAbove
+			// A hold of an older declaration is the last pass's, not the
+			// saved declaration's (the agent has not judged it yet).
+			if st.Held != nil && st.Held.Generation == out.Generation {
 				out.Held = st.Held
 			}
 		}
@@ -194,7 +203,11 @@ func defineApprove(env *environment, fs *flag.FlagSet) runner {
 		case st == nil:
 			return 1, fmt.Errorf("declaration %d is not held: the agent has written no status in %s yet, so nothing is (meshhost status)", gen, dir.Path())
 		case st.Held == nil:
-			return 1, fmt.Errorf("declaration %d is not held: nothing is (declaration %d is in force; meshhost status)", gen, st.Generation)
+			inForce := ""
+			if d, err := agent.LoadDeclaration(dir); err == nil && d != nil {
+				inForce = fmt.Sprintf("declaration %d is in force; ", d.Generation)
+			}
+			return 1, fmt.Errorf("declaration %d is not held: nothing is (%smeshhost status)", gen, inForce)
 		case st.Held.Generation != gen:
 			return 1, fmt.Errorf("declaration %d is not held: the declaration held is %d (meshhost status shows what it would change)", gen, st.Held.Generation)
 		}

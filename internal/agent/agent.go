@@ -554,7 +554,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	rep.Held = c.Hold
 	freeze, ferr := Frozen(a.cfg.State)
 	rep.Frozen = freeze != nil
-	a.controlsLocked(decl, rep.RosterGeneration, c.Hold, freeze, ferr)
+	a.controlsLocked(decl, c.Hold, freeze, ferr)
 	if rep.Frozen || c.Hold.Held() {
 		// Nothing of the plan is applied: the containers stay as they
 		// are. The roster is in force already, and the next pass judges

@@ -87,31 +87,36 @@ func SetFrozen(dir statedir.Dir, f *Freeze) error {
 	return writeAtomic(dir.Frozen(), append(data, '\n'))
 }
 
-// Status is what the agent's last pass found, as `meshhost status` and
-// `meshhost plan` read it (status.json). The agent writes it when it
-// changes.
+// Status is what the operator's controls made of the agent's last pass, as
+// `meshhost status`, `meshhost approve` and `meshhost plan` read it
+// (status.json). The agent writes it when it changes: when a hold, the
+// freeze or --hold-above changes, not at every roster or declaration
+// change (the generations are in the saved declaration and the resolver's
+// roster, where the readers find them).
 //
 // History:
 //
 //	1: first version. Later, held.removals (a hold counts removals too):
 //	   added without a new version, as a reader that does not know it
 //	   ignores it.
+//	2: no generation and roster_generation: they changed at every roster
+//	   change, and rewriting the file then was a third of a one-name
+//	   change's CPU. The hold names its own generation. Version 1 files
+//	   are read (their generations ignored).
 type Status struct {
 	Version int `json:"version"`
 	// HoldAbove is the agent's --hold-above (0: no hold).
 	HoldAbove int `json:"hold_above"`
-	// Generation is the declaration in force (applied, or held).
-	Generation       uint64 `json:"generation"`
-	RosterGeneration uint64 `json:"roster_generation"`
 	// Held is the blast-radius hold of the declaration in force, when its
 	// plan replaces and removes more than HoldAbove containers (Approved
-	// once the operator approved it).
+	// once the operator approved it). Held.Generation is the declaration
+	// it holds.
 	Held   *pass.Hold `json:"held,omitempty"`
 	Frozen bool       `json:"frozen,omitempty"`
 }
 
 // statusVersion is Status.Version.
-const statusVersion = 1
+const statusVersion = 2
 
 // LoadStatus returns what the agent's last pass found, nil when it wrote
 // nothing yet.
@@ -124,8 +129,8 @@ func LoadStatus(dir statedir.Dir) (*Status, error) {
 		return nil, err
 	}
 	var st Status
-	if err := json.Unmarshal(data, &st); err != nil || st.Version != statusVersion {
-		return nil, fmt.Errorf("the agent's status %s is unreadable (version %d): %v", dir.Status(), st.Version, err)
+	if err := json.Unmarshal(data, &st); err != nil || st.Version < 1 || st.Version > statusVersion {
+		return nil, fmt.Errorf("the agent's status %s is unreadable (version %d; this meshhost reads 1 to %d): %v", dir.Status(), st.Version, statusVersion, err)
 	}
 	return &st, nil
 }
@@ -162,7 +167,7 @@ func (a *Agent) writeStatusLocked(st Status) {
 // the hold of declaration decl (nil: none) and the freeze (nil: none; ferr
 // when its file is unreadable): the metrics, one log line when either
 // changes, and status.json.
-func (a *Agent) controlsLocked(decl *spec.Declaration, rosterGen uint64, h *pass.Hold, freeze *Freeze, ferr error) {
+func (a *Agent) controlsLocked(decl *spec.Declaration, h *pass.Hold, freeze *Freeze, ferr error) {
 	syncs.AssertLocked(&a.mu)
 	frozen := freeze != nil
 	switch {
@@ -196,7 +201,7 @@ func (a *Agent) controlsLocked(decl *spec.Declaration, rosterGen uint64, h *pass
 	a.metrics.heldRemovals.Set(float64(removals))
 	// What the alert on replacements pending reads, next to the budget's.
 	a.cfg.Reconciler.ReportHeld(replacements + removals)
-	a.writeStatusLocked(Status{HoldAbove: a.cfg.HoldAbove, Generation: decl.Generation, RosterGeneration: rosterGen, Held: h, Frozen: frozen})
+	a.writeStatusLocked(Status{HoldAbove: a.cfg.HoldAbove, Held: h, Frozen: frozen})
 }
 
 // containerNames lists the containers of rs, comma-separated.

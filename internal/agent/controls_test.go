@@ -3,9 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
-	"github.com/meshhost/meshhost/resolver/control"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,10 +13,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshhost/meshhost/internal/agent/pass"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/resolver/control"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -298,6 +300,42 @@ func TestRefusedCountedByNetwork(t *testing.T) {
 			}
 			if v, ok := got["podman"]; !ok || v != 0 {
 				t.Errorf("meshhost_resolver_refused_total = %v, want podman (the runtime's network) at 0", got)
+			}
+		})
+	}
+}
+
+// TestLoadStatusReadsEveryVersion: status.json as every meshhost since
+// version 1 wrote it reads (a version 1 file, from before the upgrade,
+// with the generations it no longer has); a newer version, or a file
+// that is not one, is refused naming the file.
+func TestLoadStatusReadsEveryVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name, data string
+		want       *Status // nil: refused
+	}{
+		{"version 1", `{"version":1,"hold_above":3,"generation":7,"roster_generation":9,"held":{"generation":7,"hold_above":3}}`,
+			&Status{Version: 1, HoldAbove: 3, Held: &pass.Hold{Generation: 7, HoldAbove: 3}}},
+		{"version 2", `{"version":2,"hold_above":5,"frozen":true}`, &Status{Version: 2, HoldAbove: 5, Frozen: true}},
+		{"version 3", `{"version":3,"hold_above":5}`, nil},
+		{"no version", `{"hold_above":5}`, nil},
+		{"empty", ``, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := statedir.New(t.TempDir())
+			if err := os.WriteFile(dir.Status(), []byte(tc.data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			st, err := LoadStatus(dir)
+			if tc.want == nil {
+				if err == nil || !strings.Contains(err.Error(), dir.Status()) {
+					t.Errorf("LoadStatus = %+v, %v; want an error naming %s", st, err, dir.Status())
+				}
+				return
+			}
+			if err != nil || st == nil || st.Version != tc.want.Version || st.HoldAbove != tc.want.HoldAbove || st.Frozen != tc.want.Frozen ||
+				(st.Held == nil) != (tc.want.Held == nil) || st.Held != nil && st.Held.Generation != tc.want.Held.Generation {
+				t.Errorf("LoadStatus = %+v, %v; want %+v", st, err, tc.want)
 			}
 		})
 	}

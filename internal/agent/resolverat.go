@@ -126,3 +126,31 @@ func ServedRoster(ctx context.Context, dir statedir.Dir, at string) (*spec.Roste
 	}
 	return r, nil
 }
+
+// ServedGeneration returns the generation of the roster in force, as
+// ServedRoster finds it but without carrying the roster over the resolver
+// service's socket (0: none yet). `meshhost status` shows it.
+func ServedGeneration(ctx context.Context, dir statedir.Dir) (uint64, error) {
+	at, err := ResolverAt(dir)
+	if err != nil {
+		return 0, err
+	}
+	socket, err := ParseResolverAt(at)
+	if err != nil {
+		return 0, err
+	}
+	if socket == "" {
+		r, err := ServedRoster(ctx, dir, at)
+		if err != nil || r == nil {
+			return 0, err
+		}
+		return r.Generation, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := control.NewClient(control.ClientConfig{Path: socket}).Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("asking the resolver service (--resolver %s) for its roster: %w", at, err)
+	}
+	return st.Generation, nil
+}

@@ -41,6 +41,9 @@ func TestServedRosterWhereTheAgentReadsIt(t *testing.T) {
 		if r, err := ServedRoster(ctx, dir, ""); err == nil || !strings.Contains(err.Error(), "does not say where the agent's resolver is") {
 			t.Errorf("ServedRoster without a record = %v, %v; want an error saying so", r, err)
 		}
+		if gen, err := ServedGeneration(ctx, dir); err == nil || !strings.Contains(err.Error(), "does not say where the agent's resolver is") {
+			t.Errorf("ServedGeneration without a record = %d, %v; want an error saying so", gen, err)
+		}
 	})
 
 	t.Run("embedded", func(t *testing.T) {
@@ -59,6 +62,9 @@ func TestServedRosterWhereTheAgentReadsIt(t *testing.T) {
 		}
 		if diff := cmp.Diff(f.srv.Roster(), served(t, dir, ""), cmpRoster...); diff != "" {
 			t.Errorf("ServedRoster (-resolver +read):\n%s", diff)
+		}
+		if gen, err := ServedGeneration(ctx, dir); gen != 2 || err != nil {
+			t.Errorf("ServedGeneration = %d, %v; want 2", gen, err)
 		}
 	})
 
@@ -90,12 +96,18 @@ func TestServedRosterWhereTheAgentReadsIt(t *testing.T) {
 		if diff := cmp.Diff(srv.Roster(), served(t, dir, ""), cmpRoster...); diff != "" {
 			t.Errorf("ServedRoster (-resolver +read):\n%s", diff)
 		}
+		if gen, err := ServedGeneration(ctx, dir); gen != 1 || err != nil {
+			t.Errorf("ServedGeneration = %d, %v; want 1, the service's", gen, err)
+		}
 		if r := served(t, dir, EmbeddedResolver); r != nil {
 			t.Errorf("ServedRoster(embedded) = generation %d; the agent's state directory holds none", r.Generation)
 		}
 		stop()
 		if r, err := ServedRoster(ctx, dir, ""); !errors.Is(err, control.ErrUnreachable) {
 			t.Errorf("ServedRoster with the service down = %v, %v; want an error wrapping ErrUnreachable", r, err)
+		}
+		if gen, err := ServedGeneration(ctx, dir); !errors.Is(err, control.ErrUnreachable) {
+			t.Errorf("ServedGeneration with the service down = %d, %v; want an error wrapping ErrUnreachable", gen, err)
 		}
 
 		// The agent started again, embedded: the record follows.
