@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/agent/declsource"
+	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -40,7 +41,12 @@ func TestLoadRosterChanges(t *testing.T) {
 	}
 	deltas, wholes, qps := envInt("MESHHOST_LOAD_DELTAS", 300), envInt("MESHHOST_LOAD_WHOLE", 10), envInt("MESHHOST_LOAD_QPS", 5000)
 	const containers, names = 2000, 100000
-	f := newFixture(t, true)
+	// With a journal, as the agent runs: every change is journalled too.
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal"), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, true, func(c *Config) { c.Journal = j })
 	addr := netip.MustParseAddrPort("127.0.0.1:0")
 	if err := f.srv.Listen(addr); err != nil {
 		t.Fatal(err)
