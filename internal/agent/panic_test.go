@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -63,7 +64,7 @@ func TestPassPanicIsRecovered(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the pass panicked: assignment to entry in nil map") {
 		t.Fatalf("Pass with a panicking runtime = %v, want the panic as its error", err)
 	}
-	if after := ids(f.rt); !mapsEqual(before, after) {
+	if after := ids(f.rt); !maps.Equal(before, after) {
 		t.Errorf("containers changed by the panicking pass: %v -> %v", before, after)
 	}
 	if !strings.Contains(logs.String(), "the pass panicked") || !strings.Contains(logs.String(), "panic_test.go") {
@@ -125,18 +126,6 @@ func TestZoneApexNameAtAgent(t *testing.T) {
 	if _, ok := srv.Roster().Names["internal"]; !ok {
 		t.Error("the restarted resolver lacks the apex name")
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,21 +39,6 @@ func seq(from, to uint64) []uint64 {
 	return out
 }
 
-func files(t *testing.T, dir string) []string {
-	t.Helper()
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, de := range des {
-		if de.Name() != fullfs.FillerName {
-			out = append(out, de.Name())
-		}
-	}
-	return out
-}
-
 // TestJournalAppendsToSegments: entries go to segments of a quarter of
 // Keep, not to a file each; pruning drops whole segments, keeping at least
 // Keep entries and at most a segment more; a reopened journal goes on
@@ -68,7 +54,7 @@ func TestJournalAppendsToSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := files(t, filepath.Join(dir, "passes")); len(got) != 4 {
+	if got := fullfs.Names(t, filepath.Join(dir, "passes")); len(got) != 4 {
 		t.Errorf("7 passes are in %v, want 4 segments of up to 2", got)
 	}
 	// Reopened (the agent restarted): the 8th goes into the 4th segment.
@@ -76,7 +62,7 @@ func TestJournalAppendsToSegments(t *testing.T) {
 	if _, err := j.RecordPass(journal.PassEntry{Generation: 8}); err != nil {
 		t.Fatal(err)
 	}
-	if got := files(t, filepath.Join(dir, "passes")); len(got) != 4 {
+	if got := fullfs.Names(t, filepath.Join(dir, "passes")); len(got) != 4 {
 		t.Errorf("8 passes are in %v, want 4 segments of 2", got)
 	}
 	for g := uint64(9); g <= 30; g++ {
@@ -166,7 +152,7 @@ func TestJournalDropsATornEntry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	segs := files(t, filepath.Join(dir, "passes"))
+	segs := fullfs.Names(t, filepath.Join(dir, "passes"))
 	if len(segs) != 1 {
 		t.Fatalf("passes in %v, want one segment", segs)
 	}
@@ -222,8 +208,8 @@ func TestJournalOnFullDisk(t *testing.T) {
 		if got := passGens(t, j); !slices.Equal(got, held) {
 			t.Errorf("after %s failed the journal reads %v, want %v", tc.name, got, held)
 		}
-		if after := fullfs.Snapshot(t, filepath.Join(dir, "passes")); !mapsEqual(before, after) {
-			t.Errorf("%s failed and changed the journal's files:\nbefore %v\nafter  %v", tc.name, keys(before), keys(after))
+		if after := fullfs.Snapshot(t, filepath.Join(dir, "passes")); !maps.Equal(before, after) {
+			t.Errorf("%s failed and changed the journal's files:\nbefore %v\nafter  %v", tc.name, slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
 		}
 		release()
 		if _, err := j.RecordPass(journal.PassEntry{Generation: tc.pass.Generation}); err != nil {
@@ -234,30 +220,9 @@ func TestJournalOnFullDisk(t *testing.T) {
 	if got := passGens(t, j); !slices.Equal(got, []uint64{1, 2, 3, 4, 5}) {
 		t.Errorf("reopened, the journal reads %v, want 1 to 5", got)
 	}
-	if got := files(t, filepath.Join(dir, "passes")); len(got) != 3 {
+	if got := fullfs.Names(t, filepath.Join(dir, "passes")); len(got) != 3 {
 		t.Errorf("passes are in %v, want 3 segments", got)
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-func keys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // TestJournalReadWhileWriting: an operator command reading the journal

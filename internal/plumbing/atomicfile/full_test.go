@@ -44,22 +44,6 @@ func checkFailed(t *testing.T, err error, dir, path string, old []byte) {
 	}
 }
 
-// names lists dir without the filler.
-func names(t *testing.T, dir string) []string {
-	t.Helper()
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, de := range des {
-		if de.Name() != fullfs.FillerName {
-			out = append(out, de.Name())
-		}
-	}
-	return out
-}
-
 // TestWriteOnFullFileSystem: with no block free, and with a few pages free
 // (so the write fails part way), Write fails with an error naming the file
 // and ENOSPC, the old content is intact and still parses, and no temporary
@@ -86,7 +70,7 @@ func TestWriteOnFullFileSystem(t *testing.T) {
 			defer release()
 			t.Logf("%d bytes free", fullfs.Free(t, dir))
 			checkFailed(t, Write(path, tc.data, 0o600), dir, path, old)
-			if got := names(t, dir); !slices.Equal(got, []string{"state.json"}) {
+			if got := fullfs.Names(t, dir); !slices.Equal(got, []string{"state.json"}) {
 				t.Errorf("the directory holds %v, want only state.json", got)
 			}
 		})
@@ -98,7 +82,7 @@ func TestWriteOnFullFileSystem(t *testing.T) {
 	if got, _ := os.ReadFile(path); !bytes.Equal(got, big) {
 		t.Error("after space came back the file does not hold the new content")
 	}
-	if got := names(t, dir); !slices.Equal(got, []string{"state.json"}) {
+	if got := fullfs.Names(t, dir); !slices.Equal(got, []string{"state.json"}) {
 		t.Errorf("the directory holds %v, want only state.json", got)
 	}
 }

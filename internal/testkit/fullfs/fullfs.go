@@ -107,6 +107,22 @@ func Free(t testing.TB, dir string) int64 {
 	return n
 }
 
+// Names lists the names in dir, the filler left out.
+func Names(t testing.TB, dir string) []string {
+	t.Helper()
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, de := range des {
+		if de.Name() != FillerName {
+			out = append(out, de.Name())
+		}
+	}
+	return out
+}
+
 // TempFiles returns the files under dir (recursively) whose names say they
 // are atomicfile's temporaries (".NAME.tmp-*"): a failed write must leave
 // none.
