@@ -104,9 +104,14 @@ type modeRecord struct {
 	r     *spec.Rendered
 }
 
+// fileStamp tells whether the state file changed since the gate read or
+// wrote it. The inode is in it because every write renames a new file
+// over the old one: another process's write within the file system's
+// time granularity, of the same size, still shows.
 type fileStamp struct {
 	mod  time.Time
 	size int64
+	ino  uint64
 }
 
 // OpenGate reads the gate's state from cfg.Path (a fresh state when there
@@ -181,7 +186,7 @@ func stampOf(path string) fileStamp {
 	if err != nil {
 		return fileStamp{}
 	}
-	return fileStamp{fi.ModTime(), fi.Size()}
+	return fileStamp{mod: fi.ModTime(), size: fi.Size(), ino: inodeOf(fi)}
 }
 
 // refreshLocked reads the state file again if it changed since the gate
@@ -214,24 +219,53 @@ func (g *Gate) view() *State {
 func (g *Gate) update(fn func(s *State) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// change applies fn (and the settings, and the judgement) to s, and
+	// reports whether that changed it.
+	change := func(s *State) (bool, error) {
+		before, _ := json.Marshal(s)
+		g.recordSettings(s)
+		if err := fn(s); err != nil {
+			return false, err
+		}
+		g.evaluate(s)
+		after, _ := json.Marshal(s)
+		return !bytes.Equal(before, after), nil
+	}
+	// The file is as the gate last read or wrote it: its state is the
+	// gate's. A change that changes nothing (the agent observes the same
+	// networks at every pass) then reads, locks and writes nothing.
+	var s *State
+	if st := stampOf(g.path()); g.state != nil && st != (fileStamp{}) && st == g.stamp {
+		s = g.state.clone()
+		changed, err := change(s)
+		if err != nil {
+			return err
+		}
+		if !changed {
+			g.state = s
+			g.metrics.set(s)
+			return nil
+		}
+	}
 	unlock, err := lockFile(g.cfg.Path + ".lock")
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	s, err := LoadState(g.cfg.Path)
-	if err != nil {
-		return err
+	changed := true
+	// Under the lock: another process may have written the file since.
+	// Then fn applies to what it wrote.
+	if s == nil || stampOf(g.path()) != g.stamp {
+		if s, err = LoadState(g.cfg.Path); err != nil {
+			return err
+		}
+		if changed, err = change(s); err != nil {
+			return err
+		}
 	}
-	before, _ := json.Marshal(s)
-	g.recordSettings(s)
-	if err := fn(s); err != nil {
-		return err
-	}
-	g.evaluate(s)
-	// Nothing changed (the agent observes the same networks every pass):
-	// nothing to write, so a full disk fails no pass that changes nothing.
-	if after, _ := json.Marshal(s); !bytes.Equal(before, after) || stampOf(g.path()) == (fileStamp{}) {
+	// Nothing changed: nothing to write, so a full disk fails no pass
+	// that changes nothing.
+	if changed || stampOf(g.path()) == (fileStamp{}) {
 		if err := s.save(g.cfg.Path); err != nil {
 			return err
 		}

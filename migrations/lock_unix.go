@@ -26,3 +26,11 @@ func lockFile(path string) (func(), error) {
 	}
 	return func() { f.Close() }, nil
 }
+
+// inodeOf is fi's inode number.
+func inodeOf(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Ino)
+	}
+	return 0
+}
