@@ -8,11 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -119,6 +121,23 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 			return exitUsage, err
 		case external != "" && len(upstreams) > 0:
 			return exitUsage, errors.New("--upstream is the embedded resolver's: give meshhost-resolver its upstreams (its --upstream, or its --resolv-conf)")
+		case external != "":
+			// Silently ignored before: the service keeps its own cache.
+			// Given on the command line, or set by the configuration file.
+			set := maps.Clone(givenFlags(ctx))
+			if set == nil {
+				set = map[string]bool{}
+			}
+			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+			var cacheFlags []string
+			for _, name := range slices.Sorted(maps.Keys(set)) {
+				if set[name] && strings.HasPrefix(name, "cache-") {
+					cacheFlags = append(cacheFlags, "--"+name)
+				}
+			}
+			if len(cacheFlags) > 0 {
+				return exitUsage, fmt.Errorf("%s: the embedded resolver's cache: give them to meshhost-resolver, which keeps the cache with --resolver unix: (and empties it on SIGUSR1)", strings.Join(cacheFlags, ", "))
+			}
 		}
 		if *runtimeKind != "podman" && *runtimeKind != "memory" {
 			return exitUsage, fmt.Errorf("--runtime %q: want podman or memory", *runtimeKind)

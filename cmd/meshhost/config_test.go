@@ -82,6 +82,9 @@ func TestConfigCheck(t *testing.T) {
 		{"the agent's own checks", "runtime = \"docker\"\n", nil, 1, `--runtime "docker": want podman or memory`},
 		{"an address", "runtime = \"memory\"\nnode-local = \"169.254.53\"\n", nil, 1, "--node-local: "},
 		{"the embedded resolver's flag with the service", "runtime = \"memory\"\nresolver = \"unix:/run/x.sock\"\nupstream = [\"127.0.0.1\"]\n", nil, 1, "--upstream is the embedded resolver's"},
+		{"the embedded resolver's cache with the service", "runtime = \"memory\"\nresolver = \"unix:/run/x.sock\"\ncache-size = 5\ncache-max-ttl = \"1m\"\n", nil, 1,
+			"--cache-max-ttl, --cache-size: the embedded resolver's cache: give them to meshhost-resolver"},
+		{"the cache with the embedded resolver", "runtime = \"memory\"\ncache-size = 5\n", nil, 0, ": ok (2 settings: cache-size, runtime)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := write(tc.doc)

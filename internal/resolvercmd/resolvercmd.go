@@ -71,7 +71,7 @@ type CacheFlags struct {
 // Register adds --cache-size, --cache-max-ttl and --cache-max-negative-ttl
 // to fs.
 func (c *CacheFlags) Register(fs *flag.FlagSet) {
-	fs.IntVar(&c.Size, "cache-size", resolver.DefaultCacheSize, "answers to outside names kept in the cache (at most 1232 bytes each); 0 disables the cache; SIGUSR1 empties it")
+	fs.IntVar(&c.Size, "cache-size", resolver.DefaultCacheSize, "answers to outside names kept in the cache (at most 1232 bytes each); 0 disables the cache; SIGUSR1 to the process that runs the resolver empties it")
 	fs.DurationVar(&c.MaxTTL, "cache-max-ttl", resolver.DefaultCacheMaxTTL, "longest time an outside answer is kept (its TTLs are capped to it); 0 disables the cache")
 	fs.DurationVar(&c.MaxNeg, "cache-max-negative-ttl", resolver.DefaultCacheMaxNegativeTTL, "longest time an NXDOMAIN or NODATA answer is kept (RFC 2308: its SOA's TTL and MINIMUM, capped to this); 0 keeps none")
 }
