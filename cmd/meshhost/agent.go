@@ -121,22 +121,22 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 			return exitUsage, err
 		case external != "" && len(upstreams) > 0:
 			return exitUsage, errors.New("--upstream is the embedded resolver's: give meshhost-resolver its upstreams (its --upstream, or its --resolv-conf)")
-		case external != "":
-			// Silently ignored before: the service keeps its own cache.
-			// Given on the command line, or set by the configuration file.
-			set := maps.Clone(givenFlags(ctx))
+		}
+		// The embedded resolver's cache flags change nothing with a
+		// resolver service (it keeps its own cache): said at the start,
+		// not refused, so that a configuration that always set them does
+		// not stop the agent after an upgrade.
+		var ignoredCache []string
+		if external != "" {
+			set := maps.Clone(givenFlags(ctx)) // the command line's
 			if set == nil {
 				set = map[string]bool{}
 			}
-			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-			var cacheFlags []string
+			fs.Visit(func(f *flag.Flag) { set[f.Name] = true }) // the configuration file's
 			for _, name := range slices.Sorted(maps.Keys(set)) {
 				if set[name] && strings.HasPrefix(name, "cache-") {
-					cacheFlags = append(cacheFlags, "--"+name)
+					ignoredCache = append(ignoredCache, "--"+name)
 				}
-			}
-			if len(cacheFlags) > 0 {
-				return exitUsage, fmt.Errorf("%s: the embedded resolver's cache: give them to meshhost-resolver, which keeps the cache with --resolver unix: (and empties it on SIGUSR1)", strings.Join(cacheFlags, ", "))
 			}
 		}
 		if *runtimeKind != "podman" && *runtimeKind != "memory" {
@@ -163,6 +163,10 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 		logger, err := logging.New(env.stderr, logging.Options{Format: logFlags.Format, Level: &level})
 		if err != nil {
 			return exitUsage, fmt.Errorf("--log-format: %w", err)
+		}
+		if len(ignoredCache) > 0 {
+			logger.Warn("the embedded resolver's cache flags are ignored with --resolver unix: (the resolver service keeps its own cache): give them to meshhost-resolver",
+				"flags", strings.Join(ignoredCache, ","))
 		}
 		if checked != nil {
 			checked(*configPath, applied)

@@ -82,8 +82,6 @@ func TestAgentBadFlagsEndIt(t *testing.T) {
 	for _, args := range [][]string{
 		{"--resolver", "tcp:127.0.0.1:1"},
 		{"--resolver", "unix:/x.sock", "--upstream", "127.0.0.1:53"},
-		{"--resolver", "unix:/x.sock", "--cache-size", "5"},
-		{"--resolver", "unix:/x.sock", "--cache-max-negative-ttl", "0s"},
 		{"--runtime", "docker"},
 		{"--log-level-file", "/nonexistent/level"},
 	} {
