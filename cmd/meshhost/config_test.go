@@ -82,7 +82,6 @@ func TestConfigCheck(t *testing.T) {
 		{"the agent's own checks", "runtime = \"docker\"\n", nil, 1, `--runtime "docker": want podman or memory`},
 		{"an address", "runtime = \"memory\"\nnode-local = \"169.254.53\"\n", nil, 1, "--node-local: "},
 		{"the embedded resolver's flag with the service", "runtime = \"memory\"\nresolver = \"unix:/run/x.sock\"\nupstream = [\"127.0.0.1\"]\n", nil, 1, "--upstream is the embedded resolver's"},
-
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := write(tc.doc)
