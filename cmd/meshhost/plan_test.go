@@ -166,30 +166,7 @@ func testPlanAgreesWithTheAgent(t *testing.T, service bool) {
 // roster diff and history then name the change.
 func TestPlanOfADelta(t *testing.T) {
 	state := t.TempDir()
-	dir := statedir.New(state)
-	srv, err := resolver.New(resolver.Config{StatePath: dir.Roster(), Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: "ace"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := memory.New(memory.Options{})
-	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 100, Window: time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jnl, err := openJournal(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	source := declsource.New(declsource.Config{Machine: "ace"})
-	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, State: dir, Journal: jnl})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, source, _, rt := planAgent(t, state, false)
 	ctx := context.Background()
 	if _, err := source.Offer(planDeclaration(1, "web", 12), "test"); err != nil {
 		t.Fatal(err)
@@ -296,7 +273,8 @@ func TestPlanRefusesWithoutTheRosterInForce(t *testing.T) {
 
 // planAgent is an agent of machine ace on the in-memory runtime with its
 // state in state, its resolver embedded or a service of its own
-// (planResolver), as plan finds it; with its declaration source, gate and
+// (planResolver), as plan finds it, and its journal in the state
+// directory, as the agent keeps it; with its declaration source, gate and
 // runtime.
 func planAgent(t *testing.T, state string, service bool) (*agent.Agent, *declsource.Source, *migrations.Gate, *memory.Runtime) {
 	t.Helper()
@@ -311,8 +289,12 @@ func planAgent(t *testing.T, state string, service bool) (*agent.Agent, *declsou
 	if err != nil {
 		t.Fatal(err)
 	}
+	jnl, err := openJournal(state)
+	if err != nil {
+		t.Fatal(err)
+	}
 	source := declsource.New(declsource.Config{Machine: "ace"})
-	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: res, Gate: gate, Source: source, State: dir})
+	a, err := agent.New(agent.Config{Runtime: rt, Reconciler: rec, Resolver: res, Gate: gate, Source: source, State: dir, Journal: jnl})
 	if err != nil {
 		t.Fatal(err)
 	}
