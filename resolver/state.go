@@ -57,6 +57,13 @@ func loadState(path string) (*spec.Roster, savedState, error) {
 		return nil, savedState{}, errNoState
 	}
 	var st savedState
+	var corrupt *deltalog.CorruptError
+	if errors.As(err, &corrupt) {
+		// The records before the damage are served, and the damage is
+		// reported (broken): the next save writes the roster whole, and
+		// the log is set aside before it is written (deltalog.Open).
+		err = nil
+	}
 	if err != nil {
 		if data == nil {
 			return nil, st, fmt.Errorf("reading saved roster: %w", err)
@@ -70,6 +77,9 @@ func loadState(path string) (*spec.Roster, savedState, error) {
 	st.baseGen, st.baseSize = r.Generation, int64(len(data))
 	if st.broken == nil {
 		st.broken = applyRecords(r, records, LogPath(path))
+	}
+	if st.broken == nil && corrupt != nil {
+		st.broken = corrupt
 	}
 	return r, st, nil
 }

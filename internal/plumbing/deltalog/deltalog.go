@@ -25,9 +25,11 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
@@ -41,9 +43,24 @@ type Record struct {
 	Payload []byte
 }
 
+// CorruptError reports a record that fails its checksum (or is not in
+// the form a record is written in) with more of the log after it: not a
+// torn last line, which a crash can leave, but damage. The records before
+// it are returned; those after it are not read, and are kept: Open sets
+// the file aside (SetAside) before it appends.
+type CorruptError struct {
+	Path   string
+	Offset int64 // where the bad record starts
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%s: the record at byte %d is corrupt and records follow it: serving the records before it; the file is kept (set aside as %s.corrupt-TIME when next written); restore it or remove it", e.Path, e.Offset, e.Path)
+}
+
 // Read returns the whole records of the log at path, in order, and where
 // the valid part of the file ends. A missing file has no records. A torn
-// or corrupt record ends the log: it and anything after it are left out.
+// last record is left out. A bad record with more after it ends the
+// records read, and Read returns them with a *CorruptError.
 func Read(path string) (records []Record, valid int64, err error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -52,29 +69,34 @@ func Read(path string) (records []Record, valid int64, err error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading %s: %w", path, err)
 	}
-	records, valid = parse(data)
+	records, valid, corrupt := parse(data)
+	if corrupt {
+		return records, valid, &CorruptError{Path: path, Offset: valid}
+	}
 	return records, valid, nil
 }
 
-func parse(data []byte) ([]Record, int64) {
-	var out []Record
+// parse reads the records of data; corrupt says a bad record that is not
+// the last line stopped it.
+func parse(data []byte) (out []Record, valid int64, corrupt bool) {
 	off := 0
 	for off < len(data) {
 		nl := bytes.IndexByte(data[off:], '\n')
 		if nl < 0 {
 			break // torn: no newline yet
 		}
+		last := off+nl+1 == len(data)
 		rec, ok := parseLine(data[off : off+nl+1])
-		if !ok {
-			break
+		if ok && len(out) > 0 && rec.Key <= out[len(out)-1].Key {
+			ok = false // keys only grow: anything else is not this log's
 		}
-		if len(out) > 0 && rec.Key <= out[len(out)-1].Key {
-			break // keys only grow: anything else is not this log's
+		if !ok {
+			return out, int64(off), !last
 		}
 		out = append(out, rec)
 		off += nl + 1
 	}
-	return out, int64(off)
+	return out, int64(off), false
 }
 
 // parseLine reads one record's line, its newline included.
@@ -119,6 +141,7 @@ type Log struct {
 	marks []mark
 	// created: the file did not exist before it was opened for appending.
 	created bool
+	aside   string // see SetAside
 }
 
 type mark struct {
@@ -128,13 +151,24 @@ type mark struct {
 
 // Open reads the log at path (a missing one is empty) and returns it,
 // ready to append, with the records it holds. A torn last record is cut
-// off the file at the first Append, so that nothing follows garbage.
+// off the file at the first Append, so that nothing follows garbage. A
+// corrupt record with records after it (*CorruptError) is not cut off:
+// the file is first copied aside, to PATH.corrupt-TIME (SetAside), and
+// the log goes on from the records before it.
 func Open(path string) (*Log, []Record, error) {
 	records, valid, err := Read(path)
-	if err != nil {
+	var ce *CorruptError
+	aside := ""
+	if errors.As(err, &ce) {
+		aside = fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000000000Z"))
+		if err := copyAside(path, aside); err != nil {
+			return nil, nil, fmt.Errorf("%w; setting it aside: %w", ce, err)
+		}
+		slog.Warn("a log is corrupt before its last record: the records after the bad one are set aside, not served", "path", path, "offset", ce.Offset, "aside", aside)
+	} else if err != nil {
 		return nil, nil, err
 	}
-	l := &Log{path: path, size: valid}
+	l := &Log{path: path, size: valid, aside: aside}
 	var end int64
 	for _, r := range records {
 		end += int64(len(appendLine(nil, r.Key, r.Payload)))
@@ -143,6 +177,18 @@ func Open(path string) (*Log, []Record, error) {
 	}
 	return l, records, nil
 }
+
+func copyAside(path, aside string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(aside, data, 0o600)
+}
+
+// SetAside is the copy of a corrupt log Open kept before going on without
+// the records after the bad one, or "" when the log was sound.
+func (l *Log) SetAside() string { return l.aside }
 
 // Path is the log's file.
 func (l *Log) Path() string { return l.path }
@@ -330,6 +376,9 @@ type Store struct {
 	// whole is set when the log no longer follows on from the base: the
 	// next write must be the base.
 	whole bool
+	// newest is the newest generation written and acknowledged, base or
+	// record: no base older than it is written, whole or not.
+	newest uint64
 }
 
 // ReadStore reads the base at path (an error wrapping fs.ErrNotExist when
@@ -352,23 +401,29 @@ func OpenStore(path, logPath string, gen uint64, size int64, whole bool) (*Store
 	if err != nil {
 		return nil, err
 	}
-	return &Store{path: path, log: l, gen: gen, size: size, whole: whole}, nil
+	return &Store{path: path, log: l, gen: gen, size: size, whole: whole, newest: max(gen, l.last)}, nil
 }
 
 // WriteBase writes data, the document at generation gen, as the base, and
 // drops the log's records it holds (all of them, if the log did not follow
 // on). A gen not above the generation written last is not written (a
-// slower writer of an older document), unless the log needs a base.
+// slower writer of an older document), unless the log needs a base; and
+// a base that empties the log is never one below the newest generation
+// acknowledged (a base or an appended record): that would take back a
+// write that returned success.
 func (s *Store) WriteBase(gen uint64, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if gen <= s.gen && !s.whole {
+	if (gen <= s.gen && !s.whole) || (s.whole && gen < s.newest) {
+		// Without whole, records above gen stay in the log (Trim); with
+		// it, the log is emptied, so a gen below the newest acknowledged
+		// one would take that one back.
 		return nil
 	}
 	if err := atomicfile.Write(s.path, data, 0o600); err != nil {
 		return err
 	}
-	s.gen, s.size = gen, int64(len(data))
+	s.gen, s.size, s.newest = gen, int64(len(data)), gen
 	trim := func() error { return s.log.Trim(gen) }
 	if s.whole {
 		trim = s.log.Reset // its records may not follow on from the base
@@ -400,6 +455,7 @@ func (s *Store) Append(gen uint64, payload []byte) error {
 		s.whole = true
 		return err
 	}
+	s.newest = max(s.newest, gen)
 	return nil
 }
 

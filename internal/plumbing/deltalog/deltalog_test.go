@@ -166,7 +166,7 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte("1 00000000 x\n"))
 	f.Add([]byte("garbage"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		recs, valid := parse(data)
+		recs, valid, _ := parse(data)
 		var again []byte
 		for i, r := range recs {
 			if i > 0 && r.Key <= recs[i-1].Key {
