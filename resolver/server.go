@@ -188,6 +188,23 @@ func (s *Server) allowed(client netip.Addr) bool {
 	return false
 }
 
+// FreezeState stops every write of the saved roster (a delta, a
+// compaction), waiting for one under way: on a handover the successor owns
+// the state directory once this returns. ThawState undoes it.
+func (s *Server) FreezeState() {
+	if s.state != nil {
+		s.state.store.Freeze()
+	}
+}
+
+// ThawState lets the saved roster be written again after FreezeState (a
+// handover that failed).
+func (s *Server) ThawState() {
+	if s.state != nil {
+		s.state.store.Thaw()
+	}
+}
+
 // Close stops every listener and forward and waits for them.
 func (s *Server) Close() error {
 	s.mu.Lock()

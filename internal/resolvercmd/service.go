@@ -308,7 +308,16 @@ func (s *service) listenersChanged(added, removed []netip.AddrPort) {
 
 // Prepare, Abort and Release are the handover.Source of the service.
 
-func (s *service) Prepare(ctx context.Context) ([]handover.File, error) {
+func (s *service) Prepare(ctx context.Context) (_ []handover.File, err error) {
+	// The successor writes the state directory from now on: no write of
+	// this process's (a compaction under way included) may follow. A
+	// Prepare that fails hands nothing over (and no Abort follows).
+	s.srv.FreezeState()
+	defer func() {
+		if err != nil {
+			s.srv.ThawState()
+		}
+	}()
 	lfs, err := s.srv.Files()
 	if err != nil {
 		return nil, err
@@ -358,6 +367,7 @@ func (s *service) Prepare(ctx context.Context) ([]handover.File, error) {
 }
 
 func (s *service) Abort() {
+	s.srv.ThawState()
 	if s.ctlSpare == nil {
 		return
 	}

@@ -142,6 +142,7 @@ type Log struct {
 	// created: the file did not exist before it was opened for appending.
 	created bool
 	aside   string // see SetAside
+	frozen  bool   // see Store.Freeze
 }
 
 type mark struct {
@@ -210,6 +211,9 @@ func (l *Log) Append(key uint64, payload []byte) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.frozen {
+		return fmt.Errorf("appending to %s: %w", l.path, ErrFrozen)
+	}
 	if key <= l.last {
 		return fmt.Errorf("appending to %s: key %d is not above the last one, %d", l.path, key, l.last)
 	}
@@ -280,6 +284,9 @@ func (l *Log) openLocked() error {
 func (l *Log) Trim(through uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.frozen {
+		return fmt.Errorf("trimming %s: %w", l.path, ErrFrozen)
+	}
 	var start int64
 	i := 0
 	for ; i < len(l.marks) && l.marks[i].key <= through; i++ {
@@ -318,6 +325,9 @@ func (l *Log) Trim(through uint64) error {
 func (l *Log) Reset() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.frozen {
+		return fmt.Errorf("emptying %s: %w", l.path, ErrFrozen)
+	}
 	// Truncating in place needs no free space, so it works on a full disk.
 	if err := l.openLocked(); err != nil {
 		return err
@@ -379,6 +389,34 @@ type Store struct {
 	// newest is the newest generation written and acknowledged, base or
 	// record: no base older than it is written, whole or not.
 	newest uint64
+	frozen bool // see Freeze
+}
+
+// ErrFrozen is returned by the writes of a frozen Store (Freeze).
+var ErrFrozen = errors.New("the store is handed over to another process: not writing")
+
+// Freeze stops every write of the store, waiting for one under way (a
+// base being written, a record being appended) to end: after it returns,
+// this process writes neither file until Thaw, so that another may own
+// them (a handover). Writes meanwhile return ErrFrozen.
+func (s *Store) Freeze() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.frozen = true
+	s.log.mu.Lock()
+	s.log.frozen = true
+	s.log.mu.Unlock()
+}
+
+// Thaw lets the store write again after Freeze (a handover that failed:
+// the files are still this process's).
+func (s *Store) Thaw() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.frozen = false
+	s.log.mu.Lock()
+	s.log.frozen = false
+	s.log.mu.Unlock()
 }
 
 // ReadStore reads the base at path (an error wrapping fs.ErrNotExist when
@@ -414,6 +452,9 @@ func OpenStore(path, logPath string, gen uint64, size int64, whole bool) (*Store
 func (s *Store) WriteBase(gen uint64, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.frozen {
+		return fmt.Errorf("writing %s: %w", s.path, ErrFrozen)
+	}
 	if (gen <= s.gen && !s.whole) || (s.whole && gen < s.newest) {
 		// Without whole, records above gen stay in the log (Trim); with
 		// it, the log is emptied, so a gen below the newest acknowledged
@@ -451,6 +492,9 @@ func (s *Store) Append(gen uint64, payload []byte) error {
 	err := s.log.Append(gen, payload)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if errors.Is(err, ErrFrozen) {
+		return err // nothing was written: the log still follows on
+	}
 	if err != nil {
 		s.whole = true
 		return err

@@ -110,3 +110,41 @@ func TestWriteBaseRefusesOlderThanAcknowledged(t *testing.T) {
 		t.Errorf("after a failed append and a compaction of generation 1, a restart serves %s (base %q, records %v), want gen2 (acknowledged)", served, b, keys(recs))
 	}
 }
+
+// A frozen store (a handover: the successor owns the files) writes
+// nothing, a compaction included, and Freeze waits for a write under way.
+// (Issue 22, defect 10.)
+func TestFrozenStoreWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	base, logp := filepath.Join(dir, "doc"), filepath.Join(dir, "doc.log")
+	s, err := OpenStore(base, logp, 0, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteBase(1, []byte("gen1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(2, []byte("to2")); err != nil {
+		t.Fatal(err)
+	}
+	s.Freeze()
+	// The successor writes its own files.
+	os.WriteFile(base, []byte("successor gen5"), 0o600)
+	os.WriteFile(logp, nil, 0o600)
+	if err := s.WriteBase(3, []byte("gen3")); !errors.Is(err, ErrFrozen) {
+		t.Errorf("WriteBase of a frozen store = %v, want ErrFrozen", err)
+	}
+	if err := s.Append(3, []byte("to3")); !errors.Is(err, ErrFrozen) {
+		t.Errorf("Append of a frozen store = %v, want ErrFrozen", err)
+	}
+	if b, _ := os.ReadFile(base); string(b) != "successor gen5" {
+		t.Errorf("the predecessor overwrote the successor's base: %q", b)
+	}
+	if b, _ := os.ReadFile(logp); len(b) != 0 {
+		t.Errorf("the predecessor wrote the successor's log: %q", b)
+	}
+	s.Thaw()
+	if err := s.Append(3, []byte("to3")); err != nil {
+		t.Errorf("Append after Thaw: %v", err)
+	}
+}
