@@ -325,6 +325,11 @@ func LoadSaved(dir statedir.Dir) (*Saved, error) {
 		return nil, fmt.Errorf("the saved declaration %s: %w", dir.Declaration(), err)
 	}
 	sv := &Saved{Declaration: d, baseGen: d.Generation, baseSize: int64(len(data))}
+	// A log damaged before its last record: the records before the damage
+	// are served, the next save writes the declaration whole, and the log
+	// is set aside before it is written (deltalog.Open says so).
+	var corrupt *deltalog.CorruptError
+	sv.broken = errors.As(err, &corrupt)
 	for _, rec := range records {
 		if rec.Key <= d.Generation {
 			continue // written whole since

@@ -37,6 +37,33 @@ import (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// Step is one write a Log or Store makes, named for fault injection
+// (Faults).
+type Step int
+
+// The write steps, in the order a Store makes them.
+const (
+	StepAppendWrite   Step = iota // a record written to the log
+	StepAppendSync                // the log synced after it
+	StepBaseWrite                 // the base written whole (atomically)
+	StepTrimWrite                 // the log written anew without the base's records
+	StepResetTruncate             // the log emptied in place
+	StepResetSync                 // the log synced after it
+	NumSteps
+)
+
+// Faults is called before each write step (after false) and after it
+// succeeds (after true); an error it returns is that step's error. Tests
+// pass one to inject faults; nil means none.
+type Faults func(step Step, after bool) error
+
+func (f Faults) at(step Step, after bool) error {
+	if f == nil {
+		return nil
+	}
+	return f(step, after)
+}
+
 // Record is one change read back from a log.
 type Record struct {
 	Key     uint64
@@ -143,6 +170,18 @@ type Log struct {
 	created bool
 	aside   string // see SetAside
 	frozen  bool   // see Store.Freeze
+	faults  Faults // fixed once the log is in use (SetFaults)
+}
+
+// SetFaults sets the fault injector of the log's writes; call it before
+// the log is used.
+func (l *Log) SetFaults(f Faults) { l.faults = f }
+
+// SetFaults sets the fault injector of the store's writes; call it before
+// the store is used.
+func (s *Store) SetFaults(f Faults) {
+	s.faults = f
+	s.log.SetFaults(f)
 }
 
 type mark struct {
@@ -221,11 +260,25 @@ func (l *Log) Append(key uint64, payload []byte) error {
 		return err
 	}
 	line := appendLine(nil, key, payload)
-	if _, err := l.f.WriteAt(line, l.size); err != nil {
+	if err := l.faults.at(StepAppendWrite, false); err != nil {
+		return &fs.PathError{Op: "write", Path: l.path, Err: err}
+	}
+	_, err := l.f.WriteAt(line, l.size)
+	if err == nil {
+		err = l.faults.at(StepAppendWrite, true)
+	}
+	if err == nil {
+		err = l.faults.at(StepAppendSync, false)
+	}
+	if err != nil {
 		l.undoLocked()
 		return &fs.PathError{Op: "write", Path: l.path, Err: unwrapPath(err)}
 	}
-	if err := l.f.Sync(); err != nil {
+	err = l.f.Sync()
+	if err == nil {
+		err = l.faults.at(StepAppendSync, true)
+	}
+	if err != nil {
 		l.undoLocked()
 		return &fs.PathError{Op: "sync", Path: l.path, Err: unwrapPath(err)}
 	}
@@ -304,7 +357,18 @@ func (l *Log) Trim(through uint64) error {
 			return &fs.PathError{Op: "read", Path: l.path, Err: unwrapPath(err)}
 		}
 	}
-	if err := atomicfile.Write(l.path, tail, 0o600); err != nil {
+	if err := l.faults.at(StepTrimWrite, false); err != nil {
+		return err
+	}
+	err := atomicfile.Write(l.path, tail, 0o600)
+	if err == nil {
+		err = l.faults.at(StepTrimWrite, true)
+	}
+	if err != nil {
+		// The new log may have replaced the old one (a rename done, the
+		// directory's sync failed): appending to the file still open could
+		// write to an unlinked one. Read back whichever is there.
+		l.reloadLocked()
 		return err
 	}
 	if l.f != nil {
@@ -317,6 +381,24 @@ func (l *Log) Trim(through uint64) error {
 	}
 	l.marks, l.size = marks, l.size-start
 	return nil
+}
+
+// reloadLocked forgets the open file and takes the log's records from the
+// file at its path.
+func (l *Log) reloadLocked() {
+	syncs.AssertLocked(&l.mu)
+	if l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+	records, valid, _ := Read(l.path)
+	l.marks, l.size, l.last = nil, valid, 0
+	var end int64
+	for _, r := range records {
+		end += int64(len(appendLine(nil, r.Key, r.Payload)))
+		l.marks = append(l.marks, mark{r.Key, end})
+		l.last = r.Key
+	}
 }
 
 // Reset empties the log, and lets keys start again from any value: the
@@ -332,11 +414,23 @@ func (l *Log) Reset() error {
 	if err := l.openLocked(); err != nil {
 		return err
 	}
+	if err := l.faults.at(StepResetTruncate, false); err != nil {
+		return err
+	}
 	if err := l.f.Truncate(0); err != nil {
 		return &fs.PathError{Op: "truncate", Path: l.path, Err: unwrapPath(err)}
 	}
+	if err := l.faults.at(StepResetTruncate, true); err != nil {
+		return err
+	}
+	if err := l.faults.at(StepResetSync, false); err != nil {
+		return err
+	}
 	if err := l.f.Sync(); err != nil {
 		return &fs.PathError{Op: "sync", Path: l.path, Err: unwrapPath(err)}
+	}
+	if err := l.faults.at(StepResetSync, true); err != nil {
+		return err
 	}
 	l.marks, l.size, l.last = nil, 0, 0
 	return nil
@@ -390,6 +484,7 @@ type Store struct {
 	// record: no base older than it is written, whole or not.
 	newest uint64
 	frozen bool // see Freeze
+	faults Faults
 }
 
 // ErrFrozen is returned by the writes of a frozen Store (Freeze).
@@ -461,10 +556,16 @@ func (s *Store) WriteBase(gen uint64, data []byte) error {
 		// one would take that one back.
 		return nil
 	}
+	if err := s.faults.at(StepBaseWrite, false); err != nil {
+		return err
+	}
 	if err := atomicfile.Write(s.path, data, 0o600); err != nil {
 		return err
 	}
-	s.gen, s.size, s.newest = gen, int64(len(data)), gen
+	s.gen, s.size, s.newest = gen, int64(len(data)), max(s.newest, gen)
+	if err := s.faults.at(StepBaseWrite, true); err != nil {
+		return err
+	}
 	trim := func() error { return s.log.Trim(gen) }
 	if s.whole {
 		trim = s.log.Reset // its records may not follow on from the base
