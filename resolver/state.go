@@ -157,7 +157,14 @@ func (st *state) maybeCompact(s *Server) {
 	go func() {
 		defer s.wg.Done()
 		defer st.compacting.Store(false)
+		// The snapshot is taken under the lock that orders updates: the
+		// table it reads has been saved (or its save has failed and the
+		// log wants a base), never one whose save is still to come. The
+		// write itself runs unlocked; the store refuses a base older
+		// than what it acknowledged.
+		s.updateMu.Lock()
 		t := s.table.Load()
+		s.updateMu.Unlock()
 		if err := s.safely(t.gen, "compacting", func() error { return st.saveWhole(t, s.Busy) }); err != nil {
 			s.log.Warn("folding the roster log into the roster file failed; the log keeps growing until it can", "path", st.path, "err", err)
 		}
