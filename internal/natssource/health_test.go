@@ -61,16 +61,37 @@ func TestHealthRefusedCommitsPastPatience(t *testing.T) {
 				if got := gaugeValue(t, reg, "meshhost_natssource_refused_seconds"); got != 15 {
 					t.Errorf("meshhost_natssource_refused_seconds = %v, want 15", got)
 				}
-				w.refusals.clear(kind) // what a commit put in force does
-				if err := w.Health(); err != nil {
-					t.Errorf("after a commit in force: Health = %v, want nil", err)
-				}
-				if got := gaugeValue(t, reg, "meshhost_natssource_refused_seconds"); got != 0 {
-					t.Errorf("after a commit in force: meshhost_natssource_refused_seconds = %v, want 0", got)
-				}
 			})
 		})
 	}
+}
+
+// TestRefusalStreakEndsWithACommitInForce: a commit of the kind refused
+// put in force ends the streak (Health and the gauge back to nil and 0);
+// one of the other kind does not.
+func TestRefusalStreakEndsWithACommitInForce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		w, err := NewWatcher(Config{Server: Server{URL: "nats://127.0.0.1:4222"}, Patience: time.Second, Machine: "m1", Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.setLive()
+		w.refused(&CommitError{Generation: 9, Revision: 40, Reason: reasonStale, Err: errors.New("generation 9 is not after 9")})
+		time.Sleep(2 * time.Second)
+		w.refusals.refuse("declaration", reasonInvalid, "bad", 4, 3)
+		w.refusals.clear("declaration")
+		if w.Health() == nil {
+			t.Fatal("a declaration in force ended the roster's streak")
+		}
+		w.refusals.clear("roster")
+		if err := w.Health(); err != nil {
+			t.Errorf("after a roster commit in force: Health = %v, want nil", err)
+		}
+		if got := gaugeValue(t, reg, "meshhost_natssource_refused_seconds"); got != 0 {
+			t.Errorf("meshhost_natssource_refused_seconds = %v, want 0", got)
+		}
+	})
 }
 
 // gaugeValue is the value of reg's gauge name.
