@@ -73,10 +73,10 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 			// resolver is exposed on, not this command's: the agent's,
 			// as its gate records them (the defaults until it has).
 			set := gate.State().Settings
-			if nl, err = agentAddress(fs, "node-local", nl, set.NodeLocal, migrations.DefaultNodeLocal, dir.Migrations()); err != nil {
+			if nl, err = agentAddress(ctx, fs, "node-local", nl, set.NodeLocal, migrations.DefaultNodeLocal, dir.Migrations()); err != nil {
 				return exitUsage, err
 			}
-			if lo, err = agentAddress(fs, "loopback", lo, set.Loopback, migrations.DefaultLoopback, dir.Migrations()); err != nil {
+			if lo, err = agentAddress(ctx, fs, "loopback", lo, set.Loopback, migrations.DefaultLoopback, dir.Migrations()); err != nil {
 				return exitUsage, err
 			}
 		}
@@ -187,12 +187,12 @@ func startStubUpstream(ctx context.Context) (netip.AddrPort, error) {
 // the agent's gate records in its state file at path (def when it records
 // none). A --name given that differs is refused: its proof would send the
 // agent's containers to a nameserver the agent does not serve.
-func agentAddress(fs *flag.FlagSet, name string, given, recorded netip.Addr, def, path string) (netip.Addr, error) {
+func agentAddress(ctx context.Context, fs *flag.FlagSet, name string, given, recorded netip.Addr, def, path string) (netip.Addr, error) {
 	agent := recorded
 	if !agent.IsValid() {
 		agent = netip.MustParseAddr(def)
 	}
-	set := false
+	set := givenFlags(ctx)[name] // the command line's (under cobra)
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	if set && given.Unmap() != agent {
 		return netip.Addr{}, fmt.Errorf("--%s %s: the agent's resolver is exposed on %s (as %s records it), and a proof of another address would give its containers a nameserver nobody serves; drop --%s (or change the agent's --%s)", name, given, agent, path, name, name)
