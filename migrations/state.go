@@ -199,3 +199,14 @@ func (s *State) clone() *State {
 	}
 	return c
 }
+
+// ProofMismatch says why the proof network name holds does not prove the
+// resolver the agent exposes (the addresses the state records), or "":
+// such a proof switches nothing (meshhost migrate status shows why).
+func (s *State) ProofMismatch(name string) string {
+	ns := s.Networks[name]
+	if ns == nil || ns.Proven == nil {
+		return ""
+	}
+	return s.Settings.proofMismatch(ns.Proven)
+}
