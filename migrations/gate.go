@@ -46,6 +46,11 @@ type GateConfig struct {
 	// created on it get copy mode. Zero: the one the state file records
 	// (see Settings), else 2.
 	RollbackAfter int
+	// NodeLocal and Loopback are the addresses the agent's Exposer exposes
+	// the resolver on (ExposerConfig's fields of the same names); the gate
+	// records them in its state file (Settings) and counts only proofs of
+	// them. Zero: the ones the state file records, else the defaults.
+	NodeLocal, Loopback netip.Addr
 	// MaxProofAge is how old a network's passing probe may be and still
 	// switch it to resolve mode (under "auto", switch the machine). A probe
 	// proves the resolver reachable when it ran; an agent that can probe
@@ -163,6 +168,8 @@ func (g *Gate) settings(s *State) Settings {
 	return Settings{
 		MaxProofAge:   cmp.Or(g.cfg.MaxProofAge, max(s.Settings.MaxProofAge, 0), max(DefaultMaxProofAge, 2*g.cfg.Interval)),
 		RollbackAfter: cmp.Or(g.cfg.RollbackAfter, max(s.Settings.RollbackAfter, 0), 2),
+		NodeLocal:     cmp.Or(g.cfg.NodeLocal.Unmap(), s.Settings.NodeLocal),
+		Loopback:      cmp.Or(g.cfg.Loopback.Unmap(), s.Settings.Loopback),
 	}
 }
 
@@ -175,6 +182,12 @@ func (g *Gate) recordSettings(s *State) (changed bool) {
 	}
 	if g.cfg.RollbackAfter > 0 {
 		s.Settings.RollbackAfter = g.cfg.RollbackAfter
+	}
+	if g.cfg.NodeLocal.IsValid() {
+		s.Settings.NodeLocal = g.cfg.NodeLocal.Unmap()
+	}
+	if g.cfg.Loopback.IsValid() {
+		s.Settings.Loopback = g.cfg.Loopback.Unmap()
 	}
 	return s.Settings != before
 }
@@ -474,8 +487,15 @@ func (g *Gate) Record(results []Result) error {
 				}
 				continue
 			}
-			ns.Failures = 0
 			p := &Proof{Strategy: r.Strategy, DNS: r.DNS, At: r.At}
+			if why := s.Settings.proofMismatch(p); why != "" {
+				// Fail closed: containers would get a nameserver nobody serves.
+				g.log.Error("probe result refused: it proves another resolver address than the agent's", "network", r.Network, "reason", why)
+				last.Pass, last.Reason = false, why
+				ns.Failures++
+				continue
+			}
+			ns.Failures = 0
 			if ns.Proven != nil && ns.Resolve && !sameDNS(ns.Proven.DNS, p.DNS) {
 				g.log.Warn("network's proven configuration changed; its resolve-mode containers will be replaced",
 					"network", r.Network, "from", ns.Proven.Strategy, "to", p.Strategy)
@@ -498,7 +518,7 @@ const proofSkew = time.Minute
 // passing reports whether ns's latest probe passed, recently enough at now
 // to switch on it under set.
 func passing(ns *NetworkState, now time.Time, set Settings) bool {
-	if ns.Last == nil || !ns.Last.Pass || ns.Proven == nil {
+	if ns.Last == nil || !ns.Last.Pass || ns.Proven == nil || set.proofMismatch(ns.Proven) != "" {
 		return false
 	}
 	age := now.Sub(ns.Last.At)
@@ -666,7 +686,7 @@ const (
 func modeOf(s *State, name string) (netMode, *NetworkState) {
 	ns := s.Networks[name]
 	switch {
-	case ns == nil || !ns.Resolve || ns.Proven == nil:
+	case ns == nil || !ns.Resolve || !s.proofUsable(ns):
 		return netCopy, ns
 	case ns.Last != nil && !ns.Last.Pass:
 		return netFailing, ns
@@ -784,7 +804,7 @@ func decide(s *State, networks []string, current *spec.Rendered) spec.Mode {
 			joinsFailing = joinsFailing || !runs
 		}
 		joins = joins || !runs
-		if ns == nil || ns.Proven == nil {
+		if !s.proofUsable(ns) {
 			anyUnproven = true
 			continue
 		}

@@ -1,12 +1,15 @@
 package migrations
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
@@ -74,6 +77,38 @@ type Settings struct {
 	// RollbackAfter is how many failed probes in a row take a network in
 	// resolve mode back to copy mode (GateConfig.RollbackAfter).
 	RollbackAfter int `json:"rollback_after,omitempty"`
+	// NodeLocal and Loopback are the addresses the agent's resolver is
+	// exposed on for StrategyNodeLocal and StrategyAardvark
+	// (GateConfig's fields of the same names): a proof of another
+	// address (a probe run with other flags) proves a nameserver nobody
+	// serves, and switches nothing. Zero: the defaults.
+	NodeLocal netip.Addr `json:"node_local,omitzero"`
+	Loopback  netip.Addr `json:"loopback,omitzero"`
+}
+
+// proofMismatch says why proof p, of a network, does not prove the
+// resolver the agent exposes (the addresses set records), or "".
+func (set Settings) proofMismatch(p *Proof) string {
+	var want netip.Addr
+	switch p.Strategy {
+	case StrategyNodeLocal:
+		want = cmp.Or(set.NodeLocal, netip.MustParseAddr(DefaultNodeLocal))
+	case StrategyAardvark:
+		want = cmp.Or(set.Loopback, netip.MustParseAddr(DefaultLoopback))
+	default:
+		return "" // the network's own addresses (gateway), or none
+	}
+	if len(p.DNS.Servers) == 1 && p.DNS.Servers[0] == want {
+		return ""
+	}
+	return fmt.Sprintf("the %s probe proved the DNS server %s, but the agent's resolver is exposed on %s for that strategy: probe again with the agent's addresses (meshhost probe --state takes them from the state directory)",
+		p.Strategy, strings.Join(addrStrings(p.DNS.Servers), ","), want)
+}
+
+// proofUsable reports whether ns has a proof of the resolver the agent
+// exposes.
+func (s *State) proofUsable(ns *NetworkState) bool {
+	return ns != nil && ns.Proven != nil && s.Settings.proofMismatch(ns.Proven) == ""
 }
 
 // NetworkState is one network's migration state.
@@ -163,4 +198,15 @@ func (s *State) clone() *State {
 		c.Networks = map[string]*NetworkState{}
 	}
 	return c
+}
+
+// ProofMismatch says why the proof network name holds does not prove the
+// resolver the agent exposes (the addresses the state records), or "":
+// such a proof switches nothing (meshhost migrate status shows why).
+func (s *State) ProofMismatch(name string) string {
+	ns := s.Networks[name]
+	if ns == nil || ns.Proven == nil {
+		return ""
+	}
+	return s.Settings.proofMismatch(ns.Proven)
 }

@@ -33,6 +33,7 @@ var notExportedHere = map[string]string{
 	"meshhost_natssource_unreachable_seconds": "../internal/natssource/metrics.go",
 	"meshhost_natssource_live":                "../internal/natssource/metrics.go",
 	"meshhost_natssource_panics_total":        "../internal/natssource/metrics.go",
+	"meshhost_natssource_refused_seconds":     "../internal/natssource/metrics.go",
 	// Registered with the prober, which the in-memory runtime has none of.
 	"meshhost_migrations_probe_panics_total": "../migrations/probe.go",
 }

@@ -286,7 +286,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 			return exitUsage, err
 		}
 		g.Go(func() error { return natsw.run(gctx) })
-		gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: *machine, Logger: logger, Registerer: reg, MaxProofAge: *proofMaxAge})
+		gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: *machine, Logger: logger, Registerer: reg, MaxProofAge: *proofMaxAge, NodeLocal: nl, Loopback: lo})
 		if err != nil {
 			return 1, err
 		}

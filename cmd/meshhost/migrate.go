@@ -124,6 +124,9 @@ func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 					res = fmt.Sprintf("FAIL (%d in a row)", ns.Failures)
 				}
 			}
+			if why := st.ProofMismatch(n); why != "" {
+				reason = why // a proof of another address: not counted
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n, ns.Kind, mode, strategy, usedColumn(st, n), at, res, reason)
 		}
 		tw.Flush()

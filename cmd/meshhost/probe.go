@@ -69,6 +69,16 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 			if gate, err = migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations()}); err != nil {
 				return exitError, err
 			}
+			// A proof recorded for the agent proves the addresses its
+			// resolver is exposed on, not this command's: the agent's,
+			// as its gate records them (the defaults until it has).
+			set := gate.State().Settings
+			if nl, err = agentAddress(ctx, fs, "node-local", nl, set.NodeLocal, migrations.DefaultNodeLocal, dir.Migrations()); err != nil {
+				return exitUsage, err
+			}
+			if lo, err = agentAddress(ctx, fs, "loopback", lo, set.Loopback, migrations.DefaultLoopback, dir.Migrations()); err != nil {
+				return exitUsage, err
+			}
 		}
 		*socket = podmanSocket(env, *socket)
 		if *socket == "" {
@@ -171,4 +181,21 @@ func printProbeTable(env *environment, results []migrations.Result) {
 // NXDOMAIN for anything else, on a loopback UDP port until ctx ends.
 func startStubUpstream(ctx context.Context) (netip.AddrPort, error) {
 	return dnsstub.Start(ctx, probeOutside, probeOutsideAddr)
+}
+
+// agentAddress is the address --name stands for under --state: the one
+// the agent's gate records in its state file at path (def when it records
+// none). A --name given that differs is refused: its proof would send the
+// agent's containers to a nameserver the agent does not serve.
+func agentAddress(ctx context.Context, fs *flag.FlagSet, name string, given, recorded netip.Addr, def, path string) (netip.Addr, error) {
+	agent := recorded
+	if !agent.IsValid() {
+		agent = netip.MustParseAddr(def)
+	}
+	set := givenFlags(ctx)[name] // the command line's (under cobra)
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	if set && given.Unmap() != agent {
+		return netip.Addr{}, fmt.Errorf("--%s %s: the agent's resolver is exposed on %s (as %s records it), and a proof of another address would give its containers a nameserver nobody serves; drop --%s (or change the agent's --%s)", name, given, agent, path, name, name)
+	}
+	return agent, nil
 }

@@ -18,6 +18,9 @@ type metrics struct {
 	panics       prometheus.Counter
 	// health returns how long the watch has not been live.
 	health func() time.Duration
+	// refused returns how long commits have been refused without one
+	// put in force.
+	refused func() time.Duration
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -67,7 +70,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 		return m.health().Seconds()
 	})
-	for _, c := range []prometheus.Collector{m.connected, m.rosterGen, m.rosterRev, m.declaration, m.commits, m.declarations, m.resumes, m.resyncs, m.panics, unreachable} {
+	refused := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "meshhost_natssource_refused_seconds", Help: "Seconds since the first of the roster commits or machine declarations refused without one put in force since; 0 while none is refused. The counts by reason are meshhost_natssource_commits_total and meshhost_natssource_declarations_total.",
+	}, func() float64 {
+		if m.refused == nil {
+			return 0
+		}
+		return m.refused().Seconds()
+	})
+	for _, c := range []prometheus.Collector{m.connected, m.rosterGen, m.rosterRev, m.declaration, m.commits, m.declarations, m.resumes, m.resyncs, m.panics, unreachable, refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

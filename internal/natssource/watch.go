@@ -93,6 +93,8 @@ type Watcher struct {
 	metrics *metrics
 	kick    chan struct{} // a reconnect: resume the watch now
 	health  atomic.Pointer[healthState]
+	// refusals is the current streak of refused commits (see Health).
+	refusals refusalStreak
 	// everLive is set once a watch was first established: a connect
 	// callback after that is not news.
 	everLive atomic.Bool
@@ -159,6 +161,7 @@ func NewWatcher(cfg Config) (*Watcher, error) {
 	}
 	w.health.Store(&healthState{down: time.Now(), err: errors.New("not connected yet")})
 	m.health = w.unreachableFor
+	m.refused = w.refusedFor
 	return w, nil
 }
 
@@ -177,17 +180,18 @@ func (w *Watcher) Generation() uint64 {
 }
 
 // Health reports the watcher cut off from the server for longer than its
-// patience, or nil. It never waits on the watch.
+// patience, or its commits (roster or declaration) refused for longer than
+// that, or nil. It never waits on the watch.
 func (w *Watcher) Health() error {
 	h := w.health.Load()
 	if h.down.IsZero() {
-		return nil
+		return w.refusedHealth()
 	}
 	if d := time.Since(h.down); d > w.cfg.Patience {
 		return fmt.Errorf("the roster source %s has been unreachable for %s (patience %s): %v; the roster in force stays",
 			w.cfg.Server.URL, d.Round(time.Second), w.cfg.Patience, h.err)
 	}
-	return nil
+	return w.refusedHealth()
 }
 
 // unreachableFor is how long the watch has not been live (0 while it is).
@@ -590,6 +594,7 @@ func (w *Watcher) evaluate(caughtUp bool) (resync bool) {
 		return false
 	}
 	w.metrics.commits.WithLabelValues("applied").Inc()
+	w.refusals.clear("roster")
 	w.metrics.rosterApplied(ch.Generation, ch.Revision)
 	w.log.Info("roster generation in force", "roster_generation", ch.Generation, "previous", ch.Previous, "set", len(ch.Set), "removed", len(ch.Removed), "names", ch.Names, "revision", ch.Revision, "full_read", ch.Full)
 	if w.cfg.OnChange != nil {
@@ -693,9 +698,10 @@ func (w *Watcher) settle(ce *CommitError) bool {
 // refused counts and logs a refused commit (once per distinct refusal).
 func (w *Watcher) refused(err error) {
 	reason := reasonInvalid
+	var offered uint64
 	var ce *CommitError
 	if errors.As(err, &ce) {
-		reason = ce.Reason
+		reason, offered = ce.Reason, ce.Generation
 	}
 	w.metrics.commits.WithLabelValues(reason).Inc()
 	w.mu.Lock()
@@ -703,6 +709,7 @@ func (w *Watcher) refused(err error) {
 	w.refusedLogged = err.Error()
 	gen := w.roster.gen
 	w.mu.Unlock()
+	w.refusals.refuse("roster", reason, err.Error(), offered, gen)
 	if !again {
 		w.log.Error("roster commit refused; the roster in force stays", "err", err, "in_force", gen)
 	}
@@ -731,15 +738,18 @@ func (w *Watcher) observeDeclaration(e entry) {
 			return
 		}
 		w.metrics.declarations.WithLabelValues("stale").Inc()
+		w.refusals.refuse("declaration", reasonStale, "generations never go backwards", d.Generation, cur.Generation)
 		w.log.Error("declaration refused: generations never go backwards; the one in force stays", "declaration_generation", d.Generation, "in_force", cur.Generation)
 		return
 	}
 	if err != nil {
 		w.metrics.declarations.WithLabelValues("invalid").Inc()
+		w.refusals.refuse("declaration", reasonInvalid, err.Error(), declGen(d), declGen(cur))
 		w.log.Error("declaration refused; the one in force stays", "revision", e.rev, "err", err)
 		return
 	}
 	w.metrics.declarations.WithLabelValues("applied").Inc()
+	w.refusals.clear("declaration")
 	w.metrics.declaration.Set(float64(d.Generation))
 	var sn *Snapshot
 	func() {
