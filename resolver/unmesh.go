@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"encoding/binary"
+	"net/netip"
 
 	"codeberg.org/miekg/dns"
 )
@@ -34,6 +35,17 @@ const typeCNAME = 5
 func (s *Server) unmesh(t *table, req, resp []byte) ([]byte, bool) {
 	if t == nil {
 		return resp, true
+	}
+	// The question's name was forwarded as not the mesh's; when it has
+	// joined the roster while the upstream answered, the roster answers it
+	// (a mesh name is never answered from an upstream), and the reply is
+	// not cached: it is the roster's answer of the moment.
+	var qbuf [256]byte
+	if qname, _, ok := readName(req, headerLen, qbuf[:0]); ok && isMeshWire(t, qname) {
+		if out, job := s.slow(t, req, netip.Addr{}, false); out != nil && job == nil {
+			return out, false
+		}
+		return servFail(req), false
 	}
 	sc, ok := scanMesh(t, resp)
 	switch {
