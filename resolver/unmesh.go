@@ -36,18 +36,17 @@ func (s *Server) unmesh(t *table, req, resp []byte) ([]byte, bool) {
 	if t == nil {
 		return resp, true
 	}
-	// The question's name was forwarded as not the mesh's; when it has
-	// joined the roster while the upstream answered, the roster answers it
-	// (a mesh name is never answered from an upstream), and the reply is
-	// not cached: it is the roster's answer of the moment.
-	var qbuf [256]byte
-	if qname, _, ok := readName(req, headerLen, qbuf[:0]); ok && isMeshWire(t, qname) {
+	sc, ok := scanMesh(t, resp)
+	if sc.question {
+		// The question's name was forwarded as not the mesh's and has
+		// joined the roster while the upstream answered: the roster
+		// answers it (a mesh name is never answered from an upstream), and
+		// the reply is not cached: it is the roster's answer of the moment.
 		if out, job := s.slow(t, req, netip.Addr{}, false); out != nil && job == nil {
 			return out, false
 		}
 		return servFail(req), false
 	}
-	sc, ok := scanMesh(t, resp)
 	switch {
 	case !ok && resp[2]&0x02 != 0:
 		return fit(resp, 0), true // cut to its header and question, as fit does
@@ -75,6 +74,9 @@ type meshScan struct {
 	target []byte
 	// counts are the records of each section, an OPT record not counted.
 	counts [3]int
+	// question is set when the question's own name is a mesh name: the
+	// rest of the scan is not made.
+	question bool
 }
 
 // scanMesh reads every record of resp. It reports false when it cannot.
@@ -88,6 +90,10 @@ func scanMesh(t *table, resp []byte) (meshScan, bool) {
 	qname, _, ok := readName(resp, headerLen, qbuf[:0])
 	if !ok {
 		return sc, false
+	}
+	if isMeshWire(t, qname) {
+		sc.question = true
+		return sc, true
 	}
 	// The name the chain has reached; a question for the CNAME itself is
 	// answered by the first one, whatever it leads to.
