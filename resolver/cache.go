@@ -391,10 +391,10 @@ func makeEntry(resp []byte, now time.Time, maxTTL, maxNeg uint32) (*cached, bool
 			end, arcount = rr.start, arcount-1
 			continue
 		}
-		t := min(binary.BigEndian.Uint32(resp[rr.ttl:]), maxTTL)
+		t := min(upstreamTTL(resp[rr.ttl:]), maxTTL)
 		if negative && rr.section == 1 && rr.typ == typeSOA && rr.end-rr.rdata >= 20 {
 			// RFC 2308 §5: the SOA's TTL, at most its MINIMUM.
-			t = min(t, binary.BigEndian.Uint32(resp[rr.end-4:]), maxNeg)
+			t = min(t, upstreamTTL(resp[rr.end-4:]), maxNeg)
 			soa = true
 		}
 		ttl = min(ttl, t)
@@ -413,7 +413,7 @@ func makeEntry(resp []byte, now time.Time, maxTTL, maxNeg uint32) (*cached, bool
 		if rr.typ == typeOPT {
 			continue
 		}
-		t := min(binary.BigEndian.Uint32(resp[rr.ttl:]), maxTTL)
+		t := min(upstreamTTL(resp[rr.ttl:]), maxTTL)
 		if negative && rr.typ == typeSOA && rr.section == 1 {
 			t = min(t, ttl)
 		}
@@ -518,4 +518,15 @@ func skipName(m []byte, off int) (int, bool) {
 		}
 		off += 1 + l
 	}
+}
+
+// upstreamTTL reads the 32-bit TTL (or SOA MINIMUM) at the start of b, a
+// value from an upstream: one with the most significant bit set is read as
+// 0 (RFC 2181 section 8).
+func upstreamTTL(b []byte) uint32 {
+	t := binary.BigEndian.Uint32(b)
+	if t&0x80000000 != 0 {
+		return 0
+	}
+	return t
 }

@@ -255,12 +255,10 @@ func (p *pending) try() {
 // says about the mesh is taken out first (unmesh.go).
 func (p *pending) finish(resp []byte) {
 	s := p.s
-	cacheable := true
 	if resp == nil {
-		resp = servFail(p.req)
-	} else {
-		resp, cacheable = s.unmesh(s.table.Load(), p.req, resp)
+		resp = servFail(p.req) // and a name that joined the roster meanwhile is the roster's
 	}
+	resp, cacheable := s.unmesh(s.table.Load(), p.req, resp)
 	resp[0], resp[1] = p.req[0], p.req[1]
 	now := time.Now()
 	var e *cached // the reply for the cache and the questions that waited

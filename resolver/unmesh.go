@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"encoding/binary"
+	"net/netip"
 
 	"codeberg.org/miekg/dns"
 )
@@ -36,6 +37,16 @@ func (s *Server) unmesh(t *table, req, resp []byte) ([]byte, bool) {
 		return resp, true
 	}
 	sc, ok := scanMesh(t, resp)
+	if sc.question {
+		// The question's name was forwarded as not the mesh's and has
+		// joined the roster while the upstream answered: the roster
+		// answers it (a mesh name is never answered from an upstream), and
+		// the reply is not cached: it is the roster's answer of the moment.
+		if out, job := s.slow(t, req, netip.Addr{}, false); out != nil && job == nil {
+			return out, false
+		}
+		return servFail(req), false
+	}
 	switch {
 	case !ok && resp[2]&0x02 != 0:
 		return fit(resp, 0), true // cut to its header and question, as fit does
@@ -63,6 +74,9 @@ type meshScan struct {
 	target []byte
 	// counts are the records of each section, an OPT record not counted.
 	counts [3]int
+	// question is set when the question's own name is a mesh name: the
+	// rest of the scan is not made.
+	question bool
 }
 
 // scanMesh reads every record of resp. It reports false when it cannot.
@@ -76,6 +90,10 @@ func scanMesh(t *table, resp []byte) (meshScan, bool) {
 	qname, _, ok := readName(resp, headerLen, qbuf[:0])
 	if !ok {
 		return sc, false
+	}
+	if isMeshWire(t, qname) {
+		sc.question = true
+		return sc, true
 	}
 	// The name the chain has reached; a question for the CNAME itself is
 	// answered by the first one, whatever it leads to.
