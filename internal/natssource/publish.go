@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"time"
 
@@ -431,7 +432,13 @@ func (p *Publisher) PublishDeclaration(ctx context.Context, d *spec.Declaration)
 		prev = e.Revision()
 		if old, perr := parseMachineDeclaration(e.Value()); perr == nil && old.Generation >= d.Generation {
 			if old.Generation == d.Generation {
-				return prev, nil
+				// Judged as the agent judges it: the same again is
+				// idempotent, other content is generation_reused (both
+				// sides parsed alike, so only content can differ).
+				if mine, merr := parseMachineDeclaration(data); merr == nil && reflect.DeepEqual(withoutRoster(mine), withoutRoster(old)) {
+					return prev, nil
+				}
+				return 0, fmt.Errorf("declaration of %s generation %d: generation %d is in the bucket with other content (generation_reused); publish the change under a newer generation: %w", d.Machine, d.Generation, old.Generation, ErrStale)
 			}
 			return 0, fmt.Errorf("declaration of %s generation %d: generation %d is in the bucket: %w", d.Machine, d.Generation, old.Generation, ErrStale)
 		}

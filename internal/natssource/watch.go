@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -735,6 +736,13 @@ func (w *Watcher) observeDeclaration(e entry) {
 	}
 	if err == nil && cur != nil && d.Generation <= cur.Generation {
 		if d.Generation == cur.Generation {
+			if reflect.DeepEqual(withoutRoster(d), withoutRoster(cur)) {
+				return // the same again
+			}
+			// Refused visibly, as declsource refuses it (generation_reused):
+			// a restarted watcher's Put refuses it too.
+			w.metrics.declarations.WithLabelValues("stale").Inc()
+			w.log.Error("declaration refused: generation in force with other content; a changed declaration needs a newer generation (generation_reused); the one in force stays", "declaration_generation", d.Generation)
 			return
 		}
 		w.metrics.declarations.WithLabelValues("stale").Inc()
@@ -807,4 +815,11 @@ func parseMachineDeclaration(data []byte) (*spec.Declaration, error) {
 	}
 	d.Roster = nil
 	return d, nil
+}
+
+// withoutRoster is d without its roster, which moves apart from it.
+func withoutRoster(d *spec.Declaration) spec.Declaration {
+	out := *d
+	out.Roster = nil
+	return out
 }

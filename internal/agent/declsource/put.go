@@ -41,6 +41,20 @@ func (s *Source) put(d *spec.Declaration, origin string) error {
 		if err := checkMachineInForce(cur, d.Machine); err != nil {
 			return err
 		}
+		if d.Generation == cur.Generation {
+			// The roster moves without the rest of the declaration: the
+			// rest is judged as Offer judges it (declarationDifferences),
+			// the roster below.
+			rest := *d
+			rest.Roster = cur.Roster
+			if diffs := declarationDifferences(cur, &rest); len(diffs) > 0 {
+				faults := faultList{{
+					Path:   "generation",
+					Reason: fmt.Sprintf("%d is in force with other content; a changed declaration needs a newer generation", d.Generation),
+				}}
+				return &ConflictError{Refusal: RefusedGenerationReused, Faults: append(faults, diffs...).bounded()}
+			}
+		}
 		switch {
 		case d.Generation < cur.Generation:
 			return olderThan(d.Generation, cur.Generation)

@@ -1,6 +1,7 @@
 package declsource
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"slices"
@@ -162,4 +163,47 @@ func TestPutRosterDelta(t *testing.T) {
 	if err := s.Put(&d2, "nats"); err != nil {
 		t.Errorf("Put(generation 6) after deltas = %v", err)
 	}
+}
+
+// TestPutGenerationReused: Put refuses the declaration generation in force
+// with other containers as Offer does (generation_reused), and still takes
+// the same declaration with a newer roster.
+func TestPutGenerationReused(t *testing.T) {
+	decl := func(rosterGen uint64, image string) *spec.Declaration {
+		return &spec.Declaration{Schema: 1, Machine: "ace", Generation: 7, MeshNames: spec.FlagOff,
+			Containers: []spec.Container{{Name: "web", Image: image}},
+			Roster:     &spec.Roster{Generation: rosterGen, Names: map[string][]netip.Addr{"a.internal": {netip.MustParseAddr("10.0.0.1")}}}}
+	}
+	s := New(Config{Machine: "ace"})
+	if err := s.Put(decl(3, "web:1"), "test"); err != nil {
+		t.Fatalf("Put first = %v", err)
+	}
+	for _, put := range []func(d *spec.Declaration) error{
+		func(d *spec.Declaration) error { return s.Put(d, "test") },
+		func(d *spec.Declaration) error { _, err := s.Offer(mustMarshal(t, d), "test"); return err },
+	} {
+		err := put(decl(3, "web:2"))
+		var ce *ConflictError
+		if !errors.As(err, &ce) || ce.Refusal != RefusedGenerationReused {
+			t.Errorf("same generation, other image = %v, want %s", err, RefusedGenerationReused)
+		}
+	}
+	if err := s.Put(decl(4, "web:2"), "test"); err == nil {
+		t.Errorf("same generation, other image, newer roster = nil, want %s", RefusedGenerationReused)
+	}
+	if err := s.Put(decl(4, "web:1"), "test"); err != nil {
+		t.Errorf("roster moves alone = %v, want nil", err)
+	}
+	if cur, _ := s.Current(); cur.Containers[0].Image != "web:1" || cur.Roster.Generation != 4 {
+		t.Errorf("in force: image %q roster %d, want web:1, 4", cur.Containers[0].Image, cur.Roster.Generation)
+	}
+}
+
+func mustMarshal(t *testing.T, d *spec.Declaration) []byte {
+	t.Helper()
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
