@@ -742,6 +742,7 @@ func (w *Watcher) observeDeclaration(e entry) {
 			// Refused visibly, as declsource refuses it (generation_reused):
 			// a restarted watcher's Put refuses it too.
 			w.metrics.declarations.WithLabelValues("stale").Inc()
+			w.refusals.refuse("declaration", reasonStale, "the generation in force with other content (generation_reused)", d.Generation, cur.Generation)
 			w.log.Error("declaration refused: generation in force with other content; a changed declaration needs a newer generation (generation_reused); the one in force stays", "declaration_generation", d.Generation)
 			return
 		}
