@@ -3,7 +3,7 @@ package spec
 import "maps"
 
 // RedactedValue stands in for a value Redacted took out.
-const RedactedValue = "<redacted>"
+const RedactedValue = "(redacted)"
 
 // Redacted returns a copy of d for showing outside the machine's root-only
 // state: the values of every field SecretValues names (env, labels) are
