@@ -240,3 +240,68 @@ func TestAgentRefusesAnOpenEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestStateFilesOwnerOnly walks the state directories after an agent and
+// a resolver ran, and a rollback and a migration pause wrote theirs: no
+// file, directory or socket there lets its group or others read it.
+func TestStateFilesOwnerOnly(t *testing.T) {
+	dir := t.TempDir()
+	state, rstate := filepath.Join(dir, "state"), filepath.Join(dir, "resolver")
+	decl := filepath.Join(dir, "decl.json")
+	doc := func(gen int, image string) string {
+		return fmt.Sprintf(`{"schema": 1, "machine": "ace", "generation": %d, "mesh_names": "auto", "roster": {"generation": %d, "zones": ["internal"], "names": {"db.ace.internal": ["10.89.0.7"]}}, "containers": [{"name": "db", "image": %q, "env": {"POSTGRES_PASSWORD": "s3cr3t"}}]}`, gen, gen, image)
+	}
+	writeAtomic(t, decl, doc(1, "busybox"))
+	a := startAgent(t, "agent", "--runtime", "memory", "--machine", "ace", "--state", state, "--declaration", decl,
+		"--http", "off", "--probe-binary", "/nonexistent", "--interval", "1s")
+	waitUntil(t, "declaration 1 is saved", func() bool { _, err := os.Stat(filepath.Join(state, "declaration.json")); return err == nil })
+	writeAtomic(t, decl, doc(2, "busybox:2"))
+	waitUntil(t, "declaration 2 is applied", func() bool { return strings.Contains(a.logs.String(), `msg="declaration applied" component=agent declaration_generation=2`) })
+	if code, out, stderr := runCLI(t, nil, "migrate", "pause", "--state", state); code != 0 {
+		t.Logf("meshhost migrate pause = %d %s %s", code, out, stderr)
+	}
+	if code, out, stderr := runCLI(t, nil, "rollback", "1", "--state", state); code != 0 {
+		t.Fatalf("meshhost rollback 1 = %d %s %s", code, out, stderr)
+	}
+	waitUntil(t, "the rollback is applied", func() bool { return strings.Contains(a.logs.String(), `declaration_generation=3`) })
+	a.stop(t)
+
+	roster := filepath.Join(dir, "roster.json")
+	writeAtomic(t, roster, `{"generation": 1, "zones": ["internal"], "names": {}}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	logs := &syncbuf.Buffer{}
+	go func() {
+		env := &environment{stdout: logs, stderr: logs, getenv: func(string) string { return "" }}
+		done <- run(ctx, env, []string{"resolver", "--roster", roster, "--listen", dnstest.FreePort(t).String(), "--upstream", "127.0.0.1:9",
+			"--state-dir", rstate, "--control", filepath.Join(rstate, "control.sock"), "--handover", filepath.Join(rstate, "handover.sock")})
+	}()
+	c := func() bool { _, err := os.Stat(filepath.Join(rstate, "roster.json")); return err == nil }
+	waitUntil(t, "the resolver saves its roster", c)
+	cancel()
+	<-done
+
+	var seen []string
+	for _, root := range []string{state, rstate} {
+		filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				t.Error(err)
+				return nil
+			}
+			fi, err := os.Lstat(path)
+			if err != nil {
+				return nil
+			}
+			rel, _ := filepath.Rel(dir, path)
+			seen = append(seen, fmt.Sprintf("%s %v", rel, fi.Mode()))
+			if fi.Mode().Perm()&0o077 != 0 {
+				t.Errorf("%s has mode %v: its group or others may read it", rel, fi.Mode())
+			}
+			return nil
+		})
+	}
+	t.Logf("files:\n%s", strings.Join(seen, "\n"))
+	if len(seen) < 6 {
+		t.Errorf("only %d files walked; want the agent's and the resolver's state", len(seen))
+	}
+}
