@@ -256,7 +256,9 @@ func TestStateFilesOwnerOnly(t *testing.T) {
 		"--http", "off", "--probe-binary", "/nonexistent", "--interval", "1s")
 	waitUntil(t, "declaration 1 is saved", func() bool { _, err := os.Stat(filepath.Join(state, "declaration.json")); return err == nil })
 	writeAtomic(t, decl, doc(2, "busybox:2"))
-	waitUntil(t, "declaration 2 is applied", func() bool { return strings.Contains(a.logs.String(), `msg="declaration applied" component=agent declaration_generation=2`) })
+	waitUntil(t, "declaration 2 is applied", func() bool {
+		return strings.Contains(a.logs.String(), `msg="declaration applied" component=agent declaration_generation=2`)
+	})
 	if code, out, stderr := runCLI(t, nil, "migrate", "pause", "--state", state); code != 0 {
 		t.Logf("meshhost migrate pause = %d %s %s", code, out, stderr)
 	}
