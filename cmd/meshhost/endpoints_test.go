@@ -146,7 +146,8 @@ func TestEndpointsRefuseOtherUsers(t *testing.T) {
 		}
 	})
 	for _, sock := range []string{unixPush, allowedPush, control, hsock} {
-		waitUntil(t, sock+" is there", func() bool { _, err := os.Stat(sock); return err == nil })
+		// Made 0600 by its listener, not before the chmod below.
+		waitUntil(t, sock+" is there", func() bool { fi, err := os.Stat(sock); return err == nil && fi.Mode().Perm() == 0o600 })
 	}
 	waitUntil(t, "the TCP push endpoint answers", func() bool {
 		c, err := net.Dial("tcp", tcpPush)
