@@ -181,10 +181,10 @@ func (s *State) save(path string) error {
 	if err != nil {
 		return fmt.Errorf("encoding migration state: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("saving migration state: %w", err)
 	}
-	if err := atomicfile.Write(path, append(data, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(path, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("saving migration state: %w", err)
 	}
 	return nil

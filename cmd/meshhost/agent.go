@@ -60,7 +60,10 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 	natsURL := fs.String("source", "", "a NATS JetStream roster source, nats://HOST:4222 (see --nats-*): the roster and this machine's declaration are watched in its buckets")
 	natsOpts := addNATSFlags(fs)
 	push := fs.String("push", "", "the controller's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock; \"off\" disables it)")
-	httpAddr := fs.String("http", "127.0.0.1:9469", "where /metrics, /livez, /readyz (and /healthz, its old name) are served (\"off\" disables them)")
+	var pushAuth pushFlags
+	pushAuth.register(fs)
+	httpAddr := fs.String("http", "127.0.0.1:9469", "where /metrics, /livez, /readyz (and /healthz, its old name) are served, on a loopback address unless --http-remote (\"off\" disables them)")
+	httpRemote := fs.Bool("http-remote", false, "let --http listen on an address other machines can reach (it serves metrics and health, never a declaration's values)")
 	machine := fs.String("machine", defaultMachine(), "this machine's name in the mesh: declarations for another machine are refused, and only containers it created are ever removed")
 	stateDir := fs.String("state", statedir.Default, "state directory: saved declaration and roster, migration state, journal")
 	runtimeKind := fs.String("runtime", "podman", "container runtime: podman, or memory (embedded, for trying the agent out)")
@@ -167,6 +170,14 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 		if len(ignoredCache) > 0 {
 			logger.Warn("the embedded resolver's cache flags are ignored with --resolver unix: (the resolver service keeps its own cache): give them to meshhost-resolver",
 				"flags", strings.Join(ignoredCache, ","))
+		}
+		pushAccess, err := pushAuth.access(*push)
+		if err != nil {
+			return exitUsage, err
+		}
+		pushAccess.Log = logger
+		if err := checkHTTP(*httpAddr, *httpRemote); err != nil {
+			return exitUsage, err
 		}
 		if checked != nil {
 			checked(*configPath, applied)
@@ -333,12 +344,12 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 			if addr == "" {
 				addr = "unix:" + dir.PushSocket()
 			}
-			l, err := declsource.Listen(addr)
+			l, err := declsource.Listen(addr, pushAccess)
 			if err != nil {
 				return 1, err
 			}
 			logger.Info("push endpoint", "addr", addr)
-			g.Go(func() error { return serveHTTP(gctx, l, source.Handler()) })
+			g.Go(func() error { return serveHTTP(gctx, l, l.Guard(source.Handler())) })
 		}
 		if *httpAddr != "off" {
 			l, err := net.Listen("tcp", *httpAddr)

@@ -272,6 +272,7 @@ func defineRollback(env *environment, fs *flag.FlagSet) runner {
 	output := fs.String("output", "text", "output format: text or json")
 	state := fs.String("state", statedir.Default, "the agent's state directory")
 	push := fs.String("push", "", "the agent's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock)")
+	tokenFile := fs.String("push-token-file", "", "the agent's --push-token-file `FILE`: its token authenticates a TCP --push")
 	return func(ctx context.Context, pos []string) (int, error) {
 		if len(pos) != 1 {
 			return exitUsage, errors.New("name one declaration generation")
@@ -311,7 +312,7 @@ func defineRollback(env *environment, fs *flag.FlagSet) runner {
 		if addr == "" {
 			addr = "unix:" + dir.PushSocket()
 		}
-		if err := pushTo(ctx, addr, doc); err != nil {
+		if err := pushTo(ctx, addr, *tokenFile, doc); err != nil {
 			return 1, err
 		}
 		if *output == "json" {
@@ -354,9 +355,13 @@ func rollbackOf(old, cur *spec.Declaration, j *journal.Journal) (*spec.Declarati
 }
 
 // pushTo PUTs a declaration document to the agent's push endpoint at addr
-// (unix:/path or a loopback ip:port), and returns the agent's refusal, with
-// its faults, as an error.
-func pushTo(ctx context.Context, addr string, doc []byte) error {
+// (unix:/path or a loopback ip:port, authenticated with the token in
+// tokenFile), and returns the agent's refusal, with its faults, as an error.
+func pushTo(ctx context.Context, addr, tokenFile string, doc []byte) error {
+	token, err := pushToken(addr, tokenFile)
+	if err != nil {
+		return err
+	}
 	client, base := &http.Client{Timeout: time.Minute}, "http://"+addr
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
 		path = strings.TrimPrefix(path, "//")
@@ -368,6 +373,9 @@ func pushTo(ctx context.Context, addr string, doc []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/declaration", bytes.NewReader(doc))
 	if err != nil {
 		return err
+	}
+	if token != nil {
+		req.Header.Set("Authorization", "Bearer "+string(token))
 	}
 	resp, err := client.Do(req)
 	if err != nil {

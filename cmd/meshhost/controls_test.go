@@ -73,7 +73,7 @@ func newControlsFixture(t *testing.T) *controlsFixture {
 		t.Fatal(err)
 	}
 	push := filepath.Join(state, "push.sock")
-	l, err := declsource.Listen("unix:" + push)
+	l, err := declsource.Listen("unix:"+push, declsource.Access{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func (f natsFlags) watcher(url, machine string, sink *declsource.Source, logger 
 		return natsSource{}, nil
 	}
 	if !strings.HasPrefix(url, "nats://") && !strings.HasPrefix(url, "tls://") {
-		return natsSource{}, fmt.Errorf("--source %q: want nats://HOST:PORT or tls://HOST:PORT (the file and push sources are --declaration and --push)", url)
+		return natsSource{}, fmt.Errorf("--source %q: want nats://HOST:PORT or tls://HOST:PORT (the file and push sources are --declaration and --push)", natssource.RedactURL(url))
 	}
 	w, err := natssource.NewWatcher(natssource.Config{
 		Server: f.server(url, "meshhost agent "+machine), Layout: natssource.LayoutFor(*f.prefix),

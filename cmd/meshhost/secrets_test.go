@@ -104,13 +104,13 @@ func TestSecretsStayOut(t *testing.T) {
 	}
 	// Refused: declaration 2 again with another value (a conflict), and a
 	// faulty declaration carrying one, pushed and read from a file.
-	if err := pushTo(context.Background(), "unix:"+f.push, secretsDecl(2, false, secretRefused)); err != nil {
+	if err := pushTo(context.Background(), "unix:"+f.push, "", secretsDecl(2, false, secretRefused)); err != nil {
 		outputs["push refused (conflict)"] = err.Error()
 	} else {
 		t.Error("a conflicting declaration was accepted")
 	}
 	faulty := strings.Replace(string(secretsDecl(3, false, secretRefused)), `"image": "busybox", "env"`, `"image": "", "env"`, 1)
-	if err := pushTo(context.Background(), "unix:"+f.push, []byte(faulty)); err != nil {
+	if err := pushTo(context.Background(), "unix:"+f.push, "", []byte(faulty)); err != nil {
 		outputs["push refused (faulty)"] = err.Error()
 	} else {
 		t.Error("a faulty declaration was accepted")

@@ -53,7 +53,7 @@ func TestLoadRosterChanges(t *testing.T) {
 	}
 	dnsAddr := f.srv.Listeners()[0]
 	sock := filepath.Join(t.TempDir(), "push.sock")
-	ln, err := declsource.Listen("unix:" + sock)
+	ln, err := declsource.Listen("unix:"+sock, declsource.Access{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,35 @@ type Server struct {
 	Name string
 }
 
+// RedactURL returns the server URLs u (one, or several separated by
+// commas) with their credentials (nats://user:pass@host, nats://token@host)
+// replaced by "redacted", for logs, errors and health.
+func RedactURL(u string) string {
+	parts := strings.Split(u, ",")
+	for i, p := range parts {
+		scheme, rest, ok := strings.Cut(p, "://")
+		if !ok {
+			scheme, rest = "", p
+		}
+		auth, path, slash := strings.Cut(rest, "/")
+		if at := strings.LastIndex(auth, "@"); at >= 0 {
+			auth = "redacted" + auth[at:]
+		}
+		rest = auth
+		if slash {
+			rest += "/" + path
+		}
+		if ok {
+			rest = scheme + "://" + rest
+		}
+		parts[i] = rest
+	}
+	return strings.Join(parts, ",")
+}
+
+// Redacted is s.URL without its credentials (RedactURL).
+func (s Server) Redacted() string { return RedactURL(s.URL) }
+
 // check reports a fault an operator can act on before any connection is
 // tried: a malformed URL, a file that cannot be read.
 func (s Server) check() error {
@@ -37,15 +66,15 @@ func (s Server) check() error {
 	for _, u := range strings.Split(s.URL, ",") {
 		pu, err := url.Parse(strings.TrimSpace(u))
 		if err != nil {
-			return fmt.Errorf("NATS server URL %q: %w", u, err)
+			return fmt.Errorf("NATS server URL %q: %w", RedactURL(u), errors.Unwrap(err))
 		}
 		switch pu.Scheme {
 		case "nats", "tls":
 		default:
-			return fmt.Errorf("NATS server URL %q: want nats://HOST:PORT or tls://HOST:PORT", u)
+			return fmt.Errorf("NATS server URL %q: want nats://HOST:PORT or tls://HOST:PORT", RedactURL(u))
 		}
 		if pu.Host == "" {
-			return fmt.Errorf("NATS server URL %q: no host", u)
+			return fmt.Errorf("NATS server URL %q: no host", RedactURL(u))
 		}
 	}
 	if (s.Cert == "") != (s.Key == "") {
@@ -80,7 +109,7 @@ func (s Server) Connect(extra ...nats.Option) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(s.URL, append(opts, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", s.URL, err)
+		return nil, fmt.Errorf("connecting to %s: %w", s.Redacted(), err)
 	}
 	return nc, nil
 }

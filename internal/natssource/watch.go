@@ -190,7 +190,7 @@ func (w *Watcher) Health() error {
 	}
 	if d := time.Since(h.down); d > w.cfg.Patience {
 		return fmt.Errorf("the roster source %s has been unreachable for %s (patience %s): %v; the roster in force stays",
-			w.cfg.Server.URL, d.Round(time.Second), w.cfg.Patience, h.err)
+			w.cfg.Server.Redacted(), d.Round(time.Second), w.cfg.Patience, h.err)
 	}
 	return w.refusedHealth()
 }
@@ -211,7 +211,7 @@ func (w *Watcher) setLive() {
 	w.mu.Unlock()
 	if !w.health.Load().down.IsZero() {
 		w.health.Store(&healthState{})
-		w.log.Info("watching the roster source", "url", w.cfg.Server.URL, "roster_bucket", w.cfg.Layout.Roster)
+		w.log.Info("watching the roster source", "url", w.cfg.Server.Redacted(), "roster_bucket", w.cfg.Layout.Roster)
 	}
 	w.metrics.connected.Set(1)
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
+	"github.com/meshhost/meshhost/internal/plumbing/peercred"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
@@ -36,7 +37,8 @@ type exposureFile struct {
 }
 
 // DefaultMaxRoster bounds the body of PUT and PATCH /v1/roster.
-const DefaultMaxRoster = 256 << 20
+// It is the limit of every roster document, however it arrives.
+const DefaultMaxRoster = spec.MaxDocumentBytes
 
 // Config is what a Server needs; Resolver is required.
 type Config struct {
@@ -79,6 +81,7 @@ type Server struct {
 	hs      *http.Server
 	stopped bool
 
+	admit   func(uid uint32) bool // root, the process's user, cfg.AllowUIDs
 	allowed func(uid uint32) bool // replaces allowedUID in tests
 }
 
@@ -101,6 +104,7 @@ func NewServer(cfg Config) (*Server, error) {
 		log:      cfg.Logger.With("component", "resolver-control"),
 		exposure: Exposure{}.Normalize(),
 		failed:   map[netip.AddrPort]string{},
+		admit:    peercred.Allow(cfg.AllowUIDs...),
 	}
 	if cfg.ExposurePath != "" {
 		data, err := os.ReadFile(cfg.ExposurePath)
@@ -458,7 +462,7 @@ func (s *Server) Serve(l net.Listener) error {
 	if s.allowed != nil {
 		allowed = s.allowed
 	}
-	err := hs.Serve(&peerListener{Listener: l, allowed: allowed, log: s.log})
+	err := hs.Serve(&peercred.Listener{Listener: l, Allowed: allowed, What: "control socket", Log: s.log})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -479,28 +483,4 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return hs.Shutdown(ctx)
 }
 
-func (s *Server) allowedUID(uid uint32) bool {
-	return uid == 0 || int(uid) == os.Geteuid() || slices.Contains(s.cfg.AllowUIDs, uid)
-}
-
-// peerListener hands out only connections whose peer may use the socket.
-type peerListener struct {
-	net.Listener
-	allowed func(uint32) bool
-	log     *slog.Logger
-}
-
-func (l *peerListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		uid, pid, err := peerCred(c)
-		if err == nil && l.allowed(uid) {
-			return c, nil
-		}
-		l.log.Warn("refused a control connection", "uid", uid, "pid", pid, "err", err)
-		c.Close()
-	}
-}
+func (s *Server) allowedUID(uid uint32) bool { return s.admit(uid) }

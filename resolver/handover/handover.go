@@ -5,8 +5,8 @@
 // queued in them is lost), both read them for an instant, and only then
 // does the predecessor stop reading, answer what it had read, and exit.
 //
-// The exchange, on a SOCK_SEQPACKET socket whose peer must be the
-// predecessor's own user or root:
+// The exchange, on a SOCK_SEQPACKET socket whose peer must be, on both
+// sides, the process's own user or root (SO_PEERCRED):
 //
 //	successor   -> {"op":"take","pid":P}
 //	predecessor -> {"op":"files","names":[...],"more":true|false} + the descriptors, in chunks
@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshhost/meshhost/internal/plumbing/peercred"
 )
 
 // File is a descriptor with the name it is handed over under.
@@ -176,22 +178,11 @@ func give(ctx context.Context, c *net.UnixConn, src Source, version string, log 
 }
 
 // checkPeer admits only this process's own user and root: whoever takes
-// the sockets serves the machine's DNS.
+// the sockets serves the machine's DNS, and whoever hands them over
+// decides what the successor serves.
 func checkPeer(c *net.UnixConn) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
-	if cerr != nil {
-		return fmt.Errorf("reading the peer's credentials: %w", cerr)
-	}
-	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
-		return fmt.Errorf("refusing a handover to uid %d (pid %d): only uid %d or root may take the sockets", cred.Uid, cred.Pid, os.Geteuid())
-	}
-	return nil
+	_, err := peercred.Check(c, peercred.Allow(), "handover socket")
+	return err
 }
 
 // Successor is the taking side of a handover in progress.
@@ -214,6 +205,10 @@ func Take(ctx context.Context, path, version string) (*Successor, []File, error)
 		return nil, nil, fmt.Errorf("handover socket %s: %w", path, err)
 	}
 	uc := c.(*net.UnixConn)
+	if err := checkPeer(uc); err != nil {
+		uc.Close()
+		return nil, nil, err
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		uc.SetDeadline(dl)
 	} else {

@@ -124,18 +124,18 @@ func TestHandler(t *testing.T) {
 
 func TestListenRefusesNonLoopback(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", "10.1.2.3:8080", "[::]:0", "localhost:80"} {
-		if l, err := Listen(addr); err == nil {
+		if l, err := Listen(addr, Access{Token: []byte("0123456789abcdef")}); err == nil {
 			l.Close()
 			t.Errorf("Listen(%q) = nil error, want a refusal", addr)
 		}
 	}
-	l, err := Listen("127.0.0.1:0")
+	l, err := Listen("127.0.0.1:0", Access{Token: []byte("0123456789abcdef")})
 	if err != nil {
 		t.Fatalf("Listen(loopback) = %v", err)
 	}
 	l.Close()
 	sock := filepath.Join(t.TempDir(), "push.sock")
-	l, err = Listen("unix:" + sock)
+	l, err = Listen("unix:"+sock, Access{})
 	if err != nil {
 		t.Fatalf("Listen(unix) = %v", err)
 	}

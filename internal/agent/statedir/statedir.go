@@ -37,10 +37,21 @@ type Dir struct{ path string }
 // New returns the state directory at path. Nothing is created: see Create.
 func New(path string) Dir { return Dir{path: path} }
 
-// Create makes the directory (mode 0700) if it does not exist.
+// Create makes the directory (mode 0700) if it does not exist, and makes
+// one that does the owner's alone: it holds declarations, env values
+// included.
 func (d Dir) Create() error {
 	if err := os.MkdirAll(d.path, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
+	}
+	fi, err := os.Stat(d.path)
+	if err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(d.path, 0o700); err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
 	}
 	return nil
 }
