@@ -18,7 +18,9 @@ package declsource
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,7 +29,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -87,7 +88,16 @@ type Source struct {
 	// maxChanges, and (but for the last) maxChangeNames names changed.
 	changes     []Change
 	changeNames int
-	files       string // the last file of a watched directory offered
+	// files are the files of a watched directory offered, with the size
+	// and modification time they had then: a file is offered again only
+	// when new or rewritten, whatever its name sorts like.
+	files map[string]fileStamp
+}
+
+// fileStamp is what tells a rewritten file of a watched directory.
+type fileStamp struct {
+	size int64
+	mod  time.Time
 }
 
 // Change is one declaration the Source took, as a change from the one
@@ -662,31 +672,68 @@ func (s *Source) readPath(path string, isDir bool) {
 	}
 	slices.Sort(names)
 	s.mu.Lock()
-	last := s.files
+	first := s.files == nil
+	if first {
+		s.files = map[string]fileStamp{}
+	}
+	type pendingFile struct {
+		name  string
+		stamp fileStamp
+		gen   uint64
+		delta bool
+	}
+	var pending []pendingFile
+	for _, name := range names {
+		fi, err := os.Stat(filepath.Join(path, name))
+		if err != nil {
+			continue
+		}
+		st := fileStamp{fi.Size(), fi.ModTime()}
+		if old, ok := s.files[name]; ok && old.size == st.size && old.mod.Equal(st.mod) {
+			continue
+		}
+		pending = append(pending, pendingFile{name: name, stamp: st})
+	}
 	s.mu.Unlock()
-	// The last file offered (again: it may have been rewritten; the same
-	// generation again changes nothing) and those after it, in name
-	// order: deltas apply one after the other. The first time, from the
-	// newest whole declaration on (older files are older declarations).
-	pending := names[sort.SearchStrings(names, last):]
 	if len(pending) == 0 {
 		return
 	}
-	if last == "" {
+	// The files new or rewritten since, in the order of the generation
+	// inside them, not of their names (gen-10.json sorts before
+	// gen-9.json): deltas apply one after the other. The first time,
+	// from the newest whole declaration on (older files are older
+	// declarations).
+	for i := range pending {
+		data, err := os.ReadFile(filepath.Join(path, pending[i].name))
+		if err != nil {
+			continue
+		}
+		var head struct {
+			Generation uint64 `json:"generation"`
+		}
+		_ = json.Unmarshal(data, &head) // a bad file is refused when offered
+		pending[i].gen, pending[i].delta = head.Generation, specjson.IsDeclarationDelta(data)
+	}
+	slices.SortStableFunc(pending, func(a, b pendingFile) int { return cmp.Compare(a.gen, b.gen) })
+	if first {
 		start := 0
 		for i := len(pending) - 1; i >= 0; i-- {
-			data, err := os.ReadFile(filepath.Join(path, pending[i]))
-			if err == nil && !specjson.IsDeclarationDelta(data) {
+			if !pending[i].delta && pending[i].gen != 0 {
 				start = i
 				break
 			}
 		}
+		s.mu.Lock()
+		for _, f := range pending[:start] { // older declarations: never offered
+			s.files[f.name] = f.stamp
+		}
+		s.mu.Unlock()
 		pending = pending[start:]
 	}
-	for _, name := range pending {
-		s.offerFile(filepath.Join(path, name))
+	for _, f := range pending {
+		s.offerFile(filepath.Join(path, f.name))
 		s.mu.Lock()
-		s.files = name
+		s.files[f.name] = f.stamp
 		s.mu.Unlock()
 	}
 }

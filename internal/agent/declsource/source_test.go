@@ -309,3 +309,40 @@ func TestWatchDirDeltas(t *testing.T) {
 		t.Errorf("a restarted watcher: roster %d with %v, want 6 with a and f", r.Generation, r.Names)
 	}
 }
+
+// A watched directory takes a new file by the generation inside it, not
+// by where its name sorts: gen-10.json sorts before gen-9.json.
+func TestWatchDirNameOrder(t *testing.T) {
+	cases := []struct {
+		name  string
+		first string // written before the watcher starts
+		then  string // written while it runs
+		want  uint64
+	}{
+		{"gen-10 after gen-9", "gen-9.json", "gen-10.json", 10},
+		{"a name sorting first", "z.json", "a.json", 10},
+		{"a name sorting last", "a.json", "z.json", 10},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			write := func(name, content string) {
+				tmp := filepath.Join(dir, ".tmp")
+				os.WriteFile(tmp, []byte(content), 0o644)
+				if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(c.first, doc(9, "a"))
+			s := New(Config{})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.WatchPath(ctx, dir) }()
+			waitFor(t, s, 9)
+			write(c.then, doc(10, "b"))
+			waitFor(t, s, c.want)
+			cancel()
+			<-done
+		})
+	}
+}
