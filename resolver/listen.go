@@ -17,8 +17,11 @@ import (
 // listener is one address served over UDP and TCP.
 type listener struct {
 	addr netip.AddrPort
-	udp  *net.UDPConn
-	tcp  *net.TCPListener
+	// rcvbuf is the UDP receive buffer bind obtained, as the kernel
+	// counts it (twice the usable bytes); 0 when unknown.
+	rcvbuf int
+	udp    *net.UDPConn
+	tcp    *net.TCPListener
 
 	conns tcpConns
 	wg    sync.WaitGroup
@@ -63,6 +66,12 @@ func (s *Server) listen(addr netip.AddrPort) (netip.AddrPort, error) {
 	if _, ok := s.listeners[addr]; ok {
 		l.close()
 		return addr, fmt.Errorf("already listening on %s", addr)
+	}
+	if l.rcvbuf > 0 && l.rcvbuf < 2*udpRecvBuffer {
+		s.rcvbufOnce.Do(func() {
+			s.log.Info("the UDP receive buffer is smaller than asked: net.core.rmem_max caps it, and exceeding that (SO_RCVBUFFORCE) needs CAP_NET_ADMIN, which the resolver goes without; queries queued in a stall beyond it are dropped (raise the sysctl net.core.rmem_max to the asked bytes or more to give it all)",
+				"addr", addr, "asked_bytes", udpRecvBuffer, "got_bytes", l.rcvbuf/2)
+		})
 	}
 	s.serveLocked(l)
 	s.log.Info("listening", "addr", addr)
@@ -155,8 +164,9 @@ func bind(addr netip.AddrPort) (*listener, error) {
 			return nil, inUse(addr, "UDP", err)
 		}
 		udp := pc.(*net.UDPConn)
+		var rcvbuf int
 		if rc, err := udp.SyscallConn(); err == nil {
-			growRecvBuffer(rc)
+			rcvbuf = growRecvBuffer(rc)
 		}
 		bound := udp.LocalAddr().(*net.UDPAddr).AddrPort()
 		bound = netip.AddrPortFrom(bound.Addr().Unmap(), bound.Port())
@@ -168,7 +178,7 @@ func bind(addr netip.AddrPort) (*listener, error) {
 			}
 			return nil, inUse(addr, "TCP", err)
 		}
-		return &listener{addr: bound, udp: udp, tcp: ln.(*net.TCPListener)}, nil
+		return &listener{addr: bound, rcvbuf: rcvbuf, udp: udp, tcp: ln.(*net.TCPListener)}, nil
 	}
 }
 

@@ -141,6 +141,60 @@ func TestPodmanDNSGuard(t *testing.T) {
 	}
 }
 
+// TestPodmanDNSGuardBlind: a definition the resolver cannot read (it runs
+// as a user of its own) refuses port 53 off loopback, rather than passing
+// an address aardvark-dns may serve. As root, permissions refuse nothing:
+// a definitions path that is not a directory stands in for one unreadable.
+func TestPodmanDNSGuardBlind(t *testing.T) {
+	dir := t.TempDir()
+	def := filepath.Join(dir, "dnsnet.json")
+	if err := os.WriteFile(def, []byte(`{"name": "dnsnet", "subnets": [{"gateway": "10.89.0.1"}], "dns_enabled": true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unreadable := []struct{ name, dir string }{{"a path that is not a directory", def}}
+	if os.Geteuid() != 0 {
+		locked := filepath.Join(t.TempDir(), "locked")
+		if err := os.Mkdir(locked, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(locked, "x.json"), []byte(`{}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(locked, 0o000)
+		t.Cleanup(func() { os.Chmod(locked, 0o700) })
+		unreadable = append(unreadable, struct{ name, dir string }{"a directory of mode 0000", locked})
+		os.Chmod(def, 0o000)
+		t.Cleanup(func() { os.Chmod(def, 0o644) })
+		unreadable = append(unreadable, struct{ name, dir string }{"a definition of mode 0000", dir})
+	}
+	for _, u := range unreadable {
+		t.Run(u.name, func(t *testing.T) {
+			guard := PodmanDNSGuard(u.dir, filepath.Join(dir, "missing"))
+			for _, tc := range []struct {
+				addr string
+				ok   bool
+			}{
+				{"10.89.0.1:53", false},
+				{"10.90.0.1:53", false},
+				{"127.0.0.53:53", true},
+				{"10.89.0.1:5353", true},
+			} {
+				err := guard(netip.MustParseAddrPort(tc.addr))
+				if (err == nil) != tc.ok {
+					t.Errorf("guard(%s) = %v, want ok=%v", tc.addr, err, tc.ok)
+				}
+				if err != nil && !strings.Contains(err.Error(), "cannot read podman's network definitions") {
+					t.Errorf("guard(%s) = %v, want it to say what it cannot read", tc.addr, err)
+				}
+			}
+		})
+	}
+	// A directory that does not exist defines no network.
+	if err := PodmanDNSGuard(filepath.Join(dir, "missing"))(netip.MustParseAddrPort("10.89.0.1:53")); err != nil {
+		t.Errorf("guard of a missing directory = %v, want nil", err)
+	}
+}
+
 func TestUpstreamsSkipOwnListeners(t *testing.T) {
 	s, addr := newTestServer(t, testRoster(7), Config{})
 	other := netip.MustParseAddrPort("127.0.0.1:9")

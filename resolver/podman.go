@@ -2,10 +2,13 @@ package resolver
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // podmanNetworkDirs are where rootful podman (netavark) keeps its network
@@ -18,6 +21,12 @@ var podmanNetworkDirs = []string{"/etc/containers/networks", "/run/containers/ne
 // aardvark-dns serves those, and sharing its socket would silently steal its
 // queries. The definitions are read at each call, so networks created later
 // are seen.
+//
+// A directory or definition that exists but cannot be read (the resolver
+// runs as a user of its own, and podman's directories are 0755 and its
+// files 0644 unless someone made them otherwise) refuses port 53 on every
+// address but loopback's (aardvark-dns serves only gateways): the check
+// never passes for what it could not see.
 func PodmanDNSGuard(dirs ...string) func(netip.AddrPort) error {
 	if len(dirs) == 0 {
 		dirs = podmanNetworkDirs
@@ -26,12 +35,31 @@ func PodmanDNSGuard(dirs ...string) func(netip.AddrPort) error {
 		if addr.Port() != 53 {
 			return nil
 		}
+		blind := func(path string, err error) error {
+			if addr.Addr().IsLoopback() {
+				return nil
+			}
+			return fmt.Errorf("cannot read podman's network definitions (%v), so cannot tell whether aardvark-dns serves port 53 of %s; let the resolver's user read %s (podman makes it readable to all), or use another port", err, addr.Addr(), path)
+		}
 		for _, dir := range dirs {
-			files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
-			for _, f := range files {
-				data, err := os.ReadFile(f)
-				if err != nil {
+			entries, err := os.ReadDir(dir)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return blind(dir, err)
+			}
+			for _, e := range entries {
+				if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
 					continue
+				}
+				f := filepath.Join(dir, e.Name())
+				data, err := os.ReadFile(f)
+				if errors.Is(err, fs.ErrNotExist) {
+					continue // removed since the directory was read
+				}
+				if err != nil {
+					return blind(f, err)
 				}
 				var n struct {
 					Name       string `json:"name"`

@@ -61,6 +61,9 @@ type Server struct {
 	mergeAt int
 	// localMu serializes SetLocalForward's copy-on-write.
 	localMu sync.Mutex
+	// rcvbufOnce logs, once, a UDP receive buffer capped below the one
+	// asked for (see growRecvBuffer).
+	rcvbufOnce sync.Once
 
 	// mu guards the fields below.
 	mu        sync.Mutex

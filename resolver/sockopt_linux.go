@@ -29,12 +29,19 @@ func freebind(network, address string, c syscall.RawConn) error {
 // a GC pause) delays queries instead of dropping them.
 const udpRecvBuffer = 4 << 20
 
-// growRecvBuffer enlarges the socket's receive buffer, beyond the
-// net.core.rmem_max limit when the process may (CAP_NET_ADMIN).
-func growRecvBuffer(c syscall.RawConn) {
+// growRecvBuffer asks for a receive buffer of udpRecvBuffer bytes, beyond
+// the net.core.rmem_max limit when the process may (SO_RCVBUFFORCE needs
+// CAP_NET_ADMIN, which the resolver's unit does not grant), else up to
+// that limit (SO_RCVBUF). It returns the size the socket has, as the
+// kernel counts it (which doubles what it was asked for, for its own
+// bookkeeping); 0 when that cannot be read.
+func growRecvBuffer(c syscall.RawConn) int {
+	var got int
 	c.Control(func(fd uintptr) {
 		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, udpRecvBuffer) != nil {
 			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, udpRecvBuffer)
 		}
+		got, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
 	})
+	return got
 }

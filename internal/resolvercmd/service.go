@@ -207,6 +207,13 @@ func (s *service) openSockets(in *inherited) error {
 				return fmt.Errorf("the inherited control socket: %w", err)
 			}
 			s.controlL = l.(*net.UnixListener)
+			// The socket's file keeps the mode its creator gave it: an
+			// older resolver's 0600 (as root) locks out the agent, root
+			// without CAP_DAC_OVERRIDE, once systemd has handed the file
+			// to this resolver's user. --control-mode holds.
+			if err := os.Chmod(s.f.control, s.f.controlMode); err != nil {
+				s.log.Warn("the inherited control socket's mode", "path", s.f.control, "mode", fmt.Sprintf("%04o", s.f.controlMode), "err", err)
+			}
 		} else {
 			if err := os.MkdirAll(filepath.Dir(s.f.control), 0o755); err != nil {
 				return fmt.Errorf("control socket: %w", err)
