@@ -256,7 +256,7 @@ func TestProbePodman(t *testing.T) {
 	t.Logf("podman %s: aardvark-dns forwards to a container's --dns servers: %v", v, aardvarkForwards)
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
-	gate, err := migrations.OpenGate(migrations.GateConfig{Path: filepath.Join(t.TempDir(), "migrations.json")})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: filepath.Join(t.TempDir(), "migrations.json"), NodeLocal: e.node, Loopback: netip.MustParseAddr(testLoopback)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +411,7 @@ func TestProbePodman(t *testing.T) {
 	}
 	// Auto from a fresh gate: the internal network with aardvark failed,
 	// so nothing switches.
-	auto, err := migrations.OpenGate(migrations.GateConfig{Path: filepath.Join(t.TempDir(), "migrations.json")})
+	auto, err := migrations.OpenGate(migrations.GateConfig{Path: filepath.Join(t.TempDir(), "migrations.json"), NodeLocal: e.node, Loopback: netip.MustParseAddr(testLoopback)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +426,7 @@ func TestProbePodman(t *testing.T) {
 	// Auto with the declaration's networks known: the failing networks
 	// are ones no declared container uses, so the machine switches past
 	// them; a container on one still gets copy mode.
-	declared, err := migrations.OpenGate(migrations.GateConfig{Path: filepath.Join(t.TempDir(), "migrations.json")})
+	declared, err := migrations.OpenGate(migrations.GateConfig{Path: filepath.Join(t.TempDir(), "migrations.json"), NodeLocal: e.node, Loopback: netip.MustParseAddr(testLoopback)})
 	if err != nil {
 		t.Fatal(err)
 	}
