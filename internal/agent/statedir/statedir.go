@@ -9,6 +9,7 @@
 //	declaration.json  the declaration last applied (the agent's), as of when it was written whole
 //	declaration.log   the declaration deltas applied since (package deltalog)
 //	roster-accept     a roster generation the operator let shrink (meshhost roster accept)
+//	roster-held       the roster generations the guard holds, while it holds one (what roster accept may release)
 //	approved          a declaration generation the operator let past the blast-radius hold (meshhost approve)
 //	frozen            present while the machine is frozen (meshhost freeze)
 //	status.json       what the agent's last pass found: a declaration held, the freeze, its --hold-above
@@ -72,6 +73,10 @@ func (d Dir) DeclarationLog() string { return d.join("declaration.log") }
 // RosterAccept holds a roster generation the operator let shrink past the
 // roster guard.
 func (d Dir) RosterAccept() string { return d.join("roster-accept") }
+
+// RosterHeld holds the roster generations the guard holds (agent.RosterHold),
+// present only while it holds one.
+func (d Dir) RosterHeld() string { return d.join("roster-held") }
 
 // Approved holds a declaration generation the operator let past the
 // blast-radius hold.
