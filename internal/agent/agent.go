@@ -910,7 +910,6 @@ func AcceptedRoster(dir statedir.Dir) uint64 {
 	return n
 }
 
-
 func (a *Agent) gateLocked(ctx context.Context, zones []string, rep *Report) error {
 	syncs.AssertLocked(&a.mu)
 	if a.cfg.Networks == nil {
