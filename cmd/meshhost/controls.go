@@ -324,7 +324,7 @@ func defineRollback(env *environment, fs *flag.FlagSet) runner {
 		}
 		fmt.Fprintf(env.stdout, "declaration %d pushed: the containers and mesh_names of declaration %d, with roster %d in force; the agent applies it through the same plan, hold and budget (meshhost status shows a hold)\n",
 			next.Generation, gen, next.Roster.Generation)
-		fmt.Fprintf(env.stdout, "the controller's next declaration must carry a generation above %d\n", next.Generation)
+		fmt.Fprintf(env.stdout, "the controller's roster keeps moving under it; the controller's next declaration supersedes it once its generation is above %d\n", next.Generation)
 		return 0, nil
 	}
 }
