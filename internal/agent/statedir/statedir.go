@@ -20,12 +20,14 @@
 //	migrations.json   the migration gate's state (and migrations.json.lock, its lock)
 //	journal/          the history: declarations, rosters that moved alone, and passes
 //	push.sock         the controller's push endpoint, unless --push says otherwise
+//	*.corrupt-TIME    a log damaged before its last record, set aside (package deltalog); also in journal/*/
 package statedir
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // Default is where the agent keeps its state unless told otherwise.
@@ -115,3 +117,19 @@ func (d Dir) Journal() string { return d.join("journal") }
 
 // PushSocket is the controller's push endpoint by default.
 func (d Dir) PushSocket() string { return d.join("push.sock") }
+
+// SetAside lists the logs set aside because a record before their last one
+// was damaged (deltalog's PATH.corrupt-TIME): in the directory and the
+// journal's, sorted. They stay until the operator removes them.
+func (d Dir) SetAside() ([]string, error) {
+	var out []string
+	for _, pattern := range []string{d.join("*.corrupt-*"), filepath.Join(d.Journal(), "*", "*.corrupt-*")} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			return nil, fmt.Errorf("listing set-aside logs in %s: %w", d.path, err)
+		}
+		out = append(out, m...)
+	}
+	slices.Sort(out)
+	return out, nil
+}
