@@ -66,6 +66,11 @@ type statusJSON struct {
 	Approved         uint64         `json:"approved,omitempty"`
 	Frozen           *agent.Freeze  `json:"frozen,omitempty"`
 	Migration        *migrationJSON `json:"migration,omitempty"`
+	// RosterHeld is the roster change the guard holds (what roster accept
+	// may release), nil when none.
+	RosterHeld *agent.RosterHold `json:"roster_held,omitempty"`
+	// SetAside lists damaged logs kept for the operator (statedir.SetAside).
+	SetAside []string `json:"set_aside,omitempty"`
 	// AgentStatus is false when the agent has written no status yet (never
 	// run a pass with this meshhost).
 	AgentStatus bool `json:"agent_status"`
@@ -118,6 +123,12 @@ func defineStatus(env *environment, fs *flag.FlagSet) runner {
 			}
 		}
 		out.Approved = agent.ApprovedDeclaration(dir)
+		if out.RosterHeld, err = agent.LoadRosterHold(dir); err != nil {
+			fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
+		}
+		if out.SetAside, err = dir.SetAside(); err != nil {
+			fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
+		}
 		if out.Frozen, err = agent.Frozen(dir); err != nil {
 			fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
 		}
@@ -156,6 +167,13 @@ func defineStatus(env *environment, fs *flag.FlagSet) runner {
 			fmt.Fprintln(w, "blast-radius hold: off (--hold-above 0)")
 		default:
 			fmt.Fprintf(w, "blast-radius hold: a declaration replacing and removing more than %d containers waits for meshhost approve\n", out.HoldAbove)
+		}
+		if h := out.RosterHeld; h != nil {
+			fmt.Fprintf(w, "ROSTER HELD: the change from roster generation %d to %d drops too many names; roster %d keeps serving (meshhost roster diff %d %d shows it; meshhost roster accept %d releases it)\n",
+				h.Served, h.Newest, h.Served, h.Served, h.Newest, h.Newest)
+		}
+		for _, f := range out.SetAside {
+			fmt.Fprintf(w, "DAMAGED LOG set aside: %s (a record before its last was damaged; the records before it are served; look at it, then remove it)\n", f)
 		}
 		if out.Frozen != nil {
 			fmt.Fprintf(w, "FROZEN since %s", out.Frozen.Since.UTC().Format(time.RFC3339))
@@ -324,7 +342,7 @@ func defineRollback(env *environment, fs *flag.FlagSet) runner {
 		}
 		fmt.Fprintf(env.stdout, "declaration %d pushed: the containers and mesh_names of declaration %d, with roster %d in force; the agent applies it through the same plan, hold and budget (meshhost status shows a hold)\n",
 			next.Generation, gen, next.Roster.Generation)
-		fmt.Fprintf(env.stdout, "the controller's next declaration must carry a generation above %d\n", next.Generation)
+		fmt.Fprintf(env.stdout, "the controller's roster keeps moving under it; the controller's next declaration supersedes it once its generation is above %d\n", next.Generation)
 		return 0, nil
 	}
 }

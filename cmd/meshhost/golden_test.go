@@ -105,7 +105,7 @@ func TestGoldenJSON(t *testing.T) {
 		{name: "unfreeze", args: []string{"unfreeze"}},
 		{name: "history", args: []string{"history"}},
 		{name: "roster-diff", args: []string{"roster", "diff", "1", "2"}},
-		{name: "roster-accept", args: []string{"roster", "accept", "3"}},
+		{name: "roster-accept", args: []string{"roster", "accept", "3"}, code: exitError}, // nothing is held: refused (issue 22 defect 12)
 		{name: "rollback", args: []string{"rollback", "1", "--push", "unix:" + f.push}},
 		{name: "migrate-status", args: []string{"migrate", "status"}, code: exitError},
 		{name: "migrate-pause", args: []string{"migrate", "pause"}},

@@ -203,6 +203,7 @@ type Agent struct {
 	// in force as soon as it arrives, without waiting for a pass.
 	rosterMu   sync.Mutex
 	heldRoster error // why the declared roster is held, or nil
+	rosterHold rosterHoldRecord
 	// inForce is the roster the resolver serves, the agent's own: a roster
 	// change is applied to it in place. Nil until the first pass (and
 	// after the resolver refused a change: read again from it).
@@ -740,6 +741,7 @@ func (a *Agent) rosterInForceLocked(ctx context.Context, head declsource.Head) (
 	c := pass.RosterChange(a.inForce, a.pending, a.cfg.Guard, a.accepted)
 	switch {
 	case c.Older:
+		a.recordRosterHoldLocked(nil)
 		if a.olderLogged != a.pending.To {
 			// Generations never go backwards: keep serving the newer one.
 			a.log.WarnContext(ctx, "declared roster is older than the one served; keeping the newer", "roster_generation", a.pending.To, "served_roster_generation", a.inForce.Generation)
@@ -749,15 +751,22 @@ func (a *Agent) rosterInForceLocked(ctx context.Context, head declsource.Head) (
 	case c.Held != nil:
 		a.heldRoster = c.Held
 		a.metrics.rosterHeld.Set(1)
+		var served uint64
+		if a.inForce != nil {
+			served = a.inForce.Generation
+		}
+		a.recordRosterHoldLocked(&RosterHold{Served: served, Newest: a.pending.To})
 		if held == nil || held.Error() != c.Held.Error() { // loud once; the metric stays
 			a.log.ErrorContext(ctx, "roster held", "roster_generation", a.pending.To, "err", c.Held)
 		}
 		return a.inForce, nil, nil
 	case !c.Update:
+		a.recordRosterHoldLocked(nil)
 		return a.inForce, nil, nil
 	case c.Accepted:
 		a.log.WarnContext(ctx, "roster shrink accepted by the operator", "roster_generation", a.pending.To)
 	}
+	a.recordRosterHoldLocked(nil)
 	return a.putInForceLocked(ctx, a.pending)
 }
 
@@ -899,11 +908,6 @@ func AcceptedRoster(dir statedir.Dir) uint64 {
 	}
 	n, _ := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
 	return n
-}
-
-// AcceptRoster lets roster generation gen shrink past the guard.
-func AcceptRoster(dir statedir.Dir, gen uint64) error {
-	return writeAtomic(dir.RosterAccept(), []byte(strconv.FormatUint(gen, 10)+"\n"))
 }
 
 func (a *Agent) gateLocked(ctx context.Context, zones []string, rep *Report) error {

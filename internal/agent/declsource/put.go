@@ -55,9 +55,21 @@ func (s *Source) put(d *spec.Declaration, origin string) error {
 				return &ConflictError{Refusal: RefusedGenerationReused, Faults: append(faults, diffs...).bounded()}
 			}
 		}
+		if d.Generation < cur.Generation {
+			// The declaration in force is newer (an operator's rollback,
+			// which takes a generation of its own): it stays, and the
+			// roster, which travels apart, still moves (issue 22 defect 4:
+			// refused whole, it froze the machine's names for good).
+			if d.Roster.Generation <= cur.Roster.Generation {
+				return olderThan(d.Generation, cur.Generation)
+			}
+			rosterOnly := *cur
+			rosterOnly.Roster = d.Roster
+			s.logger.Info("declaration older than the one in force (a local rollback?); its roster is taken, the declaration in force stays",
+				"origin", origin, "declaration_generation", d.Generation, "in_force", cur.Generation, "roster_generation", d.Roster.Generation)
+			d = &rosterOnly
+		}
 		switch {
-		case d.Generation < cur.Generation:
-			return olderThan(d.Generation, cur.Generation)
 		case d.Generation == cur.Generation && d.Roster.Generation < cur.Roster.Generation:
 			return &ConflictError{Refusal: RefusedRosterOlder, Faults: []*spec.FieldError{{
 				Path:   "roster.generation",
@@ -133,9 +145,10 @@ func (s *Source) putRosterDelta(machine string, declGen uint64, d *spec.RosterDe
 	if err := checkMachineInForce(cur, machine); err != nil {
 		return err
 	}
+	// A roster delta from an older declaration generation still applies to
+	// the roster in force: the declaration in force is newer (an operator's
+	// rollback), and the roster moves apart from it (issue 22 defect 4).
 	switch {
-	case declGen < cur.Generation:
-		return olderThan(declGen, cur.Generation)
 	case declGen > cur.Generation:
 		return &refused{RefusedDeltaBase, fmt.Errorf("generation %d: the declaration in force is generation %d; a roster delta changes no declaration, put the whole one: %w", declGen, cur.Generation, ErrDeltaBase)}
 	case d.To == cur.Roster.Generation:

@@ -42,7 +42,9 @@ func TestPut(t *testing.T) {
 		{"roster moves alone", decl("ace", 5, 4), false, false, 5, 4, true},
 		{"same again", decl("ace", 5, 4), false, false, 5, 4, false},
 		{"older roster, same generation", decl("ace", 5, 2), true, true, 5, 4, false},
-		{"older generation", decl("ace", 4, 9), true, true, 5, 4, false},
+		// An older generation with a newer roster moves the roster alone
+		// (TestRosterMovesUnderALocalRollback); with none, it is refused.
+		{"older generation", decl("ace", 4, 4), true, true, 5, 4, false},
 		{"newer generation, older roster", decl("ace", 6, 1), false, false, 6, 1, true},
 		{"another machine", decl("novox", 9, 9), false, true, 6, 1, false},
 	} {
@@ -127,7 +129,6 @@ func TestPutRosterDelta(t *testing.T) {
 	}{
 		{"from another roster", "ace", 5, one(2, 6), ErrDeltaBase, RefusedDeltaBase, "roster_delta.from: 2, but the roster in force is generation 4"},
 		{"older roster", "ace", 5, one(1, 2), ErrStale, RefusedRosterOlder, "roster_delta.to: 2 is older than roster generation 4"},
-		{"older declaration", "ace", 4, one(4, 5), ErrStale, RefusedOlder, "generation: 4 is older than generation 5"},
 		{"newer declaration", "ace", 6, one(4, 5), ErrDeltaBase, RefusedDeltaBase, "the declaration in force is generation 5"},
 		{"another machine", "bob", 5, one(4, 5), nil, RefusedOtherMachine, `machine: "bob" is another machine`},
 		{"removes a name not there", "ace", 5, &spec.RosterDelta{From: 4, To: 5, Remove: []string{"b.internal"}}, nil, RefusedInvalid, `roster_delta.remove[0]: "b.internal" is not in roster generation 4`},
@@ -206,4 +207,46 @@ func mustMarshal(t *testing.T, d *spec.Declaration) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestRosterMovesUnderALocalRollback: after an operator's rollback (a
+// pushed declaration of a generation above the controller's), the NATS
+// source's roster commits, which carry the controller's older declaration
+// generation, still move the roster, as a delta and whole, and the
+// rollback's containers stay (issue 22 defect 4: on 9933242 both were
+// refused as older, and the machine's names froze for good). A roster
+// that does not move is still refused as older.
+func TestRosterMovesUnderALocalRollback(t *testing.T) {
+	a1, a2 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	s := New(Config{Machine: "ace"})
+	controller := &spec.Declaration{Schema: 1, Machine: "ace", Generation: 7, MeshNames: spec.FlagOff,
+		Containers: []spec.Container{{Name: "web", Image: "busybox:2"}},
+		Roster:     &spec.Roster{Generation: 3, Zones: []string{"internal"}, Names: map[string][]netip.Addr{"a.internal": {a1}}}}
+	if err := s.Put(controller, "nats"); err != nil {
+		t.Fatal(err)
+	}
+	rollback := []byte(`{"schema": 1, "machine": "ace", "generation": 8, "mesh_names": "off",
+	  "roster": {"generation": 3, "zones": ["internal"], "names": {"a.internal": ["10.0.0.1"]}},
+	  "containers": [{"name": "web", "image": "busybox:1"}]}`)
+	if _, err := s.Offer(rollback, "push"); err != nil {
+		t.Fatalf("the rollback: %v", err)
+	}
+
+	delta := &spec.RosterDelta{From: 3, To: 4, Set: map[string][]netip.Addr{"b.internal": {a2}}}
+	if err := s.PutRosterDelta("ace", 7, delta, "nats"); err != nil {
+		t.Fatalf("a roster commit of declaration 7 under rollback 8: %v, want it applied", err)
+	}
+	whole := *controller
+	whole.Roster = &spec.Roster{Generation: 5, Zones: []string{"internal"}, Names: map[string][]netip.Addr{"a.internal": {a2}, "b.internal": {a2}}}
+	if err := s.Put(&whole, "nats"); err != nil {
+		t.Fatalf("declaration 7 with roster 5 under rollback 8: %v, want its roster taken", err)
+	}
+	cur, _ := s.Current()
+	if cur.Generation != 8 || cur.Containers[0].Image != "busybox:1" || cur.Roster.Generation != 5 || len(cur.Roster.Names) != 2 {
+		t.Errorf("in force: declaration %d, image %s, roster %d with %d names; want the rollback (8, busybox:1) with roster 5 and 2 names",
+			cur.Generation, cur.Containers[0].Image, cur.Roster.Generation, len(cur.Roster.Names))
+	}
+	if err := s.Put(&whole, "nats"); refusalOf(err) != RefusedOlder {
+		t.Errorf("declaration 7 with the roster in force again = %v, want older_generation (nothing moves)", err)
+	}
 }

@@ -291,10 +291,26 @@ func RosterChange(served *spec.Roster, change *spec.RosterDelta, guard rostergua
 		return Roster{Older: change.To < served.Generation}
 	}
 	if err := rosterguard.CheckDelta(served, change, guard); err != nil {
-		if accepted == nil || accepted() != change.To {
+		var servedGen uint64
+		if served != nil {
+			servedGen = served.Generation
+		}
+		if accepted == nil || !AcceptCovers(servedGen, change.To, accepted()) {
 			return Roster{Held: err}
 		}
 		return Roster{Update: true, Accepted: true}
 	}
 	return Roster{Update: true}
+}
+
+// AcceptCovers reports whether the operator's roster accept of generation
+// gen releases a held change from roster generation served to newest: gen
+// is one of the generations the change holds (after served, up to newest).
+// An accept of the newest generation held only would be void once one more
+// change arrives, and under steady churn a held drop could never be
+// released; an accept of a generation already served, or of one not yet
+// declared, releases nothing, so it never lets a future shrink through
+// unseen. Both the pass and meshhost roster accept decide by it.
+func AcceptCovers(served, newest, gen uint64) bool {
+	return served < gen && gen <= newest
 }

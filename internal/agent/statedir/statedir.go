@@ -9,6 +9,7 @@
 //	declaration.json  the declaration last applied (the agent's), as of when it was written whole
 //	declaration.log   the declaration deltas applied since (package deltalog)
 //	roster-accept     a roster generation the operator let shrink (meshhost roster accept)
+//	roster-held       the roster generations the guard holds, while it holds one (what roster accept may release)
 //	approved          a declaration generation the operator let past the blast-radius hold (meshhost approve)
 //	frozen            present while the machine is frozen (meshhost freeze)
 //	status.json       what the agent's last pass found: a declaration held, the freeze, its --hold-above
@@ -19,12 +20,14 @@
 //	migrations.json   the migration gate's state (and migrations.json.lock, its lock)
 //	journal/          the history: declarations, rosters that moved alone, and passes
 //	push.sock         the controller's push endpoint, unless --push says otherwise
+//	*.corrupt-TIME    a log damaged before its last record, set aside (package deltalog); also in journal/*/
 package statedir
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // Default is where the agent keeps its state unless told otherwise.
@@ -73,6 +76,10 @@ func (d Dir) DeclarationLog() string { return d.join("declaration.log") }
 // roster guard.
 func (d Dir) RosterAccept() string { return d.join("roster-accept") }
 
+// RosterHeld holds the roster generations the guard holds (agent.RosterHold),
+// present only while it holds one.
+func (d Dir) RosterHeld() string { return d.join("roster-held") }
+
 // Approved holds a declaration generation the operator let past the
 // blast-radius hold.
 func (d Dir) Approved() string { return d.join("approved") }
@@ -110,3 +117,19 @@ func (d Dir) Journal() string { return d.join("journal") }
 
 // PushSocket is the controller's push endpoint by default.
 func (d Dir) PushSocket() string { return d.join("push.sock") }
+
+// SetAside lists the logs set aside because a record before their last one
+// was damaged (deltalog's PATH.corrupt-TIME): in the directory and the
+// journal's, sorted. They stay until the operator removes them.
+func (d Dir) SetAside() ([]string, error) {
+	var out []string
+	for _, pattern := range []string{d.join("*.corrupt-*"), filepath.Join(d.Journal(), "*", "*.corrupt-*")} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			return nil, fmt.Errorf("listing set-aside logs in %s: %w", d.path, err)
+		}
+		out = append(out, m...)
+	}
+	slices.Sort(out)
+	return out, nil
+}
