@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshhost/meshhost/internal/agent/pass"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 )
 
 // RosterHold is what the roster guard holds, as the agent records it in
@@ -31,9 +32,10 @@ type rosterHoldRecord struct {
 }
 
 // recordRosterHoldLocked writes h (nil: no hold) when it differs from the
-// file. A failure is logged when it changes: the file informs the
+// file; a.rosterMu must be held. A failure is logged when it changes: the file informs the
 // operator's command, the guard decides from the roster itself.
 func (a *Agent) recordRosterHoldLocked(h *RosterHold) {
+	syncs.AssertLocked(&a.rosterMu)
 	r := &a.rosterHold
 	if !r.known {
 		r.written, _ = LoadRosterHold(a.cfg.State)
