@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+
+	"github.com/meshhost/meshhost/internal/admit"
 	"strings"
 	"testing"
 
@@ -63,7 +65,7 @@ func TestGenerationsCannotLie(t *testing.T) {
 	const secret, otherSecret = "pw-4f1c-original", "pw-9e0d-changed"
 	reg := prometheus.NewRegistry()
 	s := New(Config{Machine: "ace", Registerer: reg})
-	for _, r := range refusals {
+	for _, r := range admit.Reasons {
 		if _, ok := refusedCounts(t, reg)[string(r)]; !ok {
 			t.Errorf("no meshhost_agent_declarations_refused_total{reason=%q} before any refusal", r)
 		}

@@ -3,6 +3,7 @@ package declsource
 import (
 	"fmt"
 
+	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -38,53 +39,26 @@ func (s *Source) put(d *spec.Declaration, origin string) error {
 	s.mu.Unlock()
 	var from *spec.Roster
 	if cur != nil {
-		if err := checkMachineInForce(cur, d.Machine); err != nil {
+		if err := admit.Machine("", cur, d.Machine).Err(); err != nil {
 			return err
-		}
-		if d.Generation == cur.Generation {
-			// The roster moves without the rest of the declaration: the
-			// rest is judged as Offer judges it (declarationDifferences),
-			// the roster below.
-			rest := *d
-			rest.Roster = cur.Roster
-			if diffs := declarationDifferences(cur, &rest); len(diffs) > 0 {
-				faults := faultList{{
-					Path:   "generation",
-					Reason: fmt.Sprintf("%d is in force with other content; a changed declaration needs a newer generation", d.Generation),
-				}}
-				return &ConflictError{Refusal: RefusedGenerationReused, Faults: append(faults, diffs...).bounded()}
-			}
-		}
-		if d.Generation < cur.Generation {
-			// The declaration in force is newer (an operator's rollback,
-			// which takes a generation of its own): it stays, and the
-			// roster, which travels apart, still moves (issue 22 defect 4:
-			// refused whole, it froze the machine's names for good).
-			if d.Roster.Generation <= cur.Roster.Generation {
-				return olderThan(d.Generation, cur.Generation)
-			}
-			rosterOnly := *cur
-			rosterOnly.Roster = d.Roster
-			s.logger.Info("declaration older than the one in force (a local rollback?); its roster is taken, the declaration in force stays",
-				"origin", origin, "declaration_generation", d.Generation, "in_force", cur.Generation, "roster_generation", d.Roster.Generation)
-			d = &rosterOnly
-		}
-		switch {
-		case d.Generation == cur.Generation && d.Roster.Generation < cur.Roster.Generation:
-			return &ConflictError{Refusal: RefusedRosterOlder, Faults: []*spec.FieldError{{
-				Path:   "roster.generation",
-				Reason: fmt.Sprintf("%d is older than roster generation %d, in force in declaration %d; rosters never go back", d.Roster.Generation, cur.Roster.Generation, cur.Generation),
-			}}}
-		case d.Generation == cur.Generation && d.Roster.Generation == cur.Roster.Generation:
-			return nil
 		}
 		from = cur.Roster
 	}
-	if srv.gen != 0 && d.Roster.Generation < srv.gen {
-		return &ConflictError{Refusal: RefusedRosterOlder, Faults: []*spec.FieldError{{
-			Path:   "roster.generation",
-			Reason: fmt.Sprintf("%d is older than roster generation %d, served; rosters never go back", d.Roster.Generation, srv.gen),
-		}}}
+	dec := admit.Parts(d, cur, srv)
+	if err := dec.Err(); err != nil {
+		return err
+	}
+	if dec.Verdict == admit.Same {
+		return nil
+	}
+	if dec.RosterOnly {
+		// The declaration in force is newer (an operator's rollback): it
+		// stays, and the roster, which travels apart, moves.
+		rosterOnly := *cur
+		rosterOnly.Roster = d.Roster
+		s.logger.Info("declaration older than the one in force (a local rollback?); its roster is taken, the declaration in force stays",
+			"origin", origin, "declaration_generation", d.Generation, "in_force", cur.Generation, "roster_generation", d.Roster.Generation)
+		d = &rosterOnly
 	}
 	next := *d
 	next.Roster = copyRoster(d.Roster) // the Source's own: deltas change it in place
@@ -137,36 +111,19 @@ func (s *Source) putRosterDelta(machine string, declGen uint64, d *spec.RosterDe
 	s.changeMu.Lock()
 	defer s.changeMu.Unlock()
 	s.mu.Lock()
-	cur := s.current
+	cur, srv := s.current, s.served
 	s.mu.Unlock()
-	if cur == nil {
-		return &refused{RefusedDeltaBase, fmt.Errorf("roster generation %d: no declaration is in force to apply a roster delta to; put the whole declaration: %w", d.To, ErrDeltaBase)}
+	if cur != nil {
+		if err := admit.Machine("", cur, machine).Err(); err != nil {
+			return err
+		}
 	}
-	if err := checkMachineInForce(cur, machine); err != nil {
+	dec := admit.RosterDelta(declGen, d, cur, srv, func() admit.Faults { return s.deltaDifferencesLocked(cur, d) })
+	if err := dec.Err(); err != nil {
 		return err
 	}
-	// A roster delta from an older declaration generation still applies to
-	// the roster in force: the declaration in force is newer (an operator's
-	// rollback), and the roster moves apart from it (issue 22 defect 4).
-	switch {
-	case declGen > cur.Generation:
-		return &refused{RefusedDeltaBase, fmt.Errorf("generation %d: the declaration in force is generation %d; a roster delta changes no declaration, put the whole one: %w", declGen, cur.Generation, ErrDeltaBase)}
-	case d.To == cur.Roster.Generation:
-		if diffs := s.deltaDifferencesLocked(cur, d); len(diffs) > 0 {
-			faults := faultList{{
-				Path:   "roster_delta.to",
-				Reason: fmt.Sprintf("roster generation %d is in force, and this delta would make it otherwise; a changed roster needs a newer generation", d.To),
-			}}
-			return &ConflictError{Refusal: RefusedRosterGenerationReused, Faults: append(faults, diffs...).bounded()}
-		}
+	if dec.Verdict == admit.Same {
 		return nil // the same change again
-	case d.To < cur.Roster.Generation:
-		return &ConflictError{Refusal: RefusedRosterOlder, Faults: []*spec.FieldError{{
-			Path:   "roster_delta.to",
-			Reason: fmt.Sprintf("%d is older than roster generation %d, in force in declaration %d; rosters never go back", d.To, cur.Roster.Generation, cur.Generation),
-		}}}
-	case d.From != cur.Roster.Generation:
-		return &deltaBaseError{from: d.From, inForce: cur.Roster.Generation}
 	}
 	if _, err := s.applyDeltaLocked(cur, cur.Generation, d, origin); err != nil {
 		return err

@@ -185,7 +185,7 @@ func TestPutGenerationReused(t *testing.T) {
 	} {
 		err := put(decl(3, "web:2"))
 		var ce *ConflictError
-		if !errors.As(err, &ce) || ce.Refusal != RefusedGenerationReused {
+		if !errors.As(err, &ce) || ce.Reason != RefusedGenerationReused {
 			t.Errorf("same generation, other image = %v, want %s", err, RefusedGenerationReused)
 		}
 	}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/spec"
@@ -42,21 +43,14 @@ import (
 )
 
 // ErrStale is matched by the refusal of a declaration whose generation is
-// older than the one in force (a *ConflictError).
-var ErrStale = errors.New("declaration generation is older than the one in force")
+// older than the one in force (admit.ErrStale).
+var ErrStale = admit.ErrStale
 
 // ErrDeltaBase is returned for a declaration delta that does not apply to
 // the declaration in force: its roster delta is from another roster
-// generation, or no declaration is in force yet. The controller sends the
-// whole declaration (or a delta from the roster generation in force). It
-// matches spec.ErrDeltaBase too, so that a source that knows only spec
-// (natssource) tells it from other refusals.
-var ErrDeltaBase error = deltaBase{}
-
-type deltaBase struct{}
-
-func (deltaBase) Error() string        { return "the roster delta does not apply to the roster in force" }
-func (deltaBase) Is(target error) bool { return target == spec.ErrDeltaBase }
+// generation, or no declaration is in force yet (admit.ErrDeltaBase; it
+// matches spec.ErrDeltaBase too).
+var ErrDeltaBase = admit.ErrDeltaBase
 
 // Source holds the newest valid declaration and tells a listener when it
 // changes.
@@ -79,11 +73,11 @@ type Source struct {
 	// own: deltas change it in place, so it is never handed out (Current
 	// and Roster copy it; Head leaves the names out).
 	current *spec.Declaration
-	raw     []byte // the last whole document taken; nil for none (or the initial one)
-	rawGen  uint64 // its generation
-	origin  string // where current came from: a path, or "push"
-	seq     uint64 // declarations taken since New; the initial one is 0
-	served  served // the roster the resolver serves (SetServed)
+	raw     []byte       // the last whole document taken; nil for none (or the initial one)
+	rawGen  uint64       // its generation
+	origin  string       // where current came from: a path, or "push"
+	seq     uint64       // declarations taken since New; the initial one is 0
+	served  admit.Served // the roster the resolver serves (SetServed)
 	// changes are the last declarations taken, oldest first: at most
 	// maxChanges, and (but for the last) maxChangeNames names changed.
 	changes     []Change
@@ -153,7 +147,7 @@ func New(cfg Config) *Source {
 		Name: "meshhost_agent_declarations_refused_total",
 		Help: "Declarations refused (pushed, read from a file or put by a roster source), by reason: invalid, too_large, other_machine, older_generation, generation_reused, roster_older, roster_generation_reused, delta_base.",
 	}, []string{"reason"})
-	for _, r := range refusals { // every reason at 0 from the start
+	for _, r := range admit.Reasons { // every reason at 0 from the start
 		refused.WithLabelValues(string(r))
 	}
 	if cfg.Registerer != nil {
@@ -161,14 +155,6 @@ func New(cfg Config) *Source {
 	}
 	return &Source{logger: logger.With("component", "declsource"), machine: cfg.Machine, reader: cfg.Reader,
 		changed: make(chan struct{}, 1), refused: refused, current: initial}
-}
-
-// served is the roster the resolver serves, as SetServed told: its
-// generation, and how to read it (costly: only when a declaration carries
-// that generation and the declaration in force another).
-type served struct {
-	gen    uint64 // 0: unknown
-	roster func() *spec.Roster
 }
 
 // SetServed tells the Source which roster generation the resolver serves,
@@ -180,7 +166,7 @@ type served struct {
 func (s *Source) SetServed(gen uint64, roster func() *spec.Roster) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.served = served{gen, roster}
+	s.served = admit.Served{Generation: gen, Roster: roster}
 }
 
 // Current returns the declaration in force (nil before the first), whole,
@@ -353,7 +339,7 @@ func (s *Source) take(d *spec.Declaration, data []byte, origin string) (*spec.De
 	s.mu.Unlock()
 	var from *spec.Roster
 	if cur != nil {
-		if err := checkMachineInForce(cur, d.Machine); err != nil {
+		if err := admit.Machine("", cur, d.Machine).Err(); err != nil {
 			return nil, err
 		}
 		if data != nil && d.Generation == cur.Generation && rawGen == cur.Generation && bytes.Equal(data, raw) {
@@ -363,11 +349,11 @@ func (s *Source) take(d *spec.Declaration, data []byte, origin string) (*spec.De
 	}
 	// Judged under changeMu only (a roster of 100,000 names takes
 	// milliseconds to compare): Head does not wait for it.
-	same, err := checkGenerations(d, cur, srv)
-	if err != nil {
+	dec := admit.Declaration(d, cur, srv)
+	if err := dec.Err(); err != nil {
 		return nil, err
 	}
-	if same {
+	if dec.Verdict == admit.Same {
 		return headOf(cur), nil
 	}
 	// What changed: the cost of reading the roster once more.
@@ -394,19 +380,7 @@ func (s *Source) signal() {
 
 // checkMachine refuses a declaration for another machine than the agent's.
 func (s *Source) checkMachine(machine string) error {
-	if s.machine != "" && machine != s.machine {
-		return &refused{RefusedOtherMachine, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; this agent runs %q", machine, s.machine)}}
-	}
-	return nil
-}
-
-// checkMachineInForce refuses a declaration for another machine than
-// cur's.
-func checkMachineInForce(cur *spec.Declaration, machine string) error {
-	if machine != cur.Machine {
-		return &refused{RefusedOtherMachine, &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; the declaration in force is for %q", machine, cur.Machine)}}
-	}
-	return nil
+	return admit.Machine(s.machine, nil, machine).Err()
 }
 
 // offerDelta puts a declaration delta in force: the declaration in force,
@@ -423,35 +397,20 @@ func (s *Source) offerDelta(data []byte, origin string) (*spec.Declaration, erro
 	s.changeMu.Lock()
 	defer s.changeMu.Unlock()
 	s.mu.Lock()
-	cur := s.current
+	cur, srv := s.current, s.served
 	s.mu.Unlock()
-	if cur == nil {
-		return nil, &refused{RefusedDeltaBase, fmt.Errorf("generation %d: no declaration is in force to apply a roster delta to; send the whole declaration: %w", dd.Generation, ErrDeltaBase)}
-	}
-	if err := checkMachineInForce(cur, dd.Machine); err != nil {
-		return nil, err
+	if cur != nil {
+		if err := admit.Machine("", cur, dd.Machine).Err(); err != nil {
+			return nil, err
+		}
 	}
 	rd := dd.Roster
-	switch {
-	case dd.Generation < cur.Generation:
-		return nil, olderThan(dd.Generation, cur.Generation)
-	case dd.Generation == cur.Generation:
-		if rd.To != cur.Roster.Generation {
-			return nil, &ConflictError{Refusal: RefusedGenerationReused, Faults: []*spec.FieldError{{
-				Path:   "generation",
-				Reason: fmt.Sprintf("%d is in force with roster generation %d, not %d; a changed declaration needs a newer generation", dd.Generation, cur.Roster.Generation, rd.To),
-			}}}
-		}
-		if diffs := s.deltaDifferencesLocked(cur, rd); len(diffs) > 0 {
-			faults := faultList{{
-				Path:   "generation",
-				Reason: fmt.Sprintf("%d is in force with roster generation %d, which this delta would make otherwise; a changed declaration needs a newer generation", dd.Generation, rd.To),
-			}}
-			return nil, &ConflictError{Refusal: RefusedGenerationReused, Faults: append(faults, diffs...).bounded()}
-		}
+	dec := admit.DeclarationDelta(dd.Generation, rd, cur, srv, func() admit.Faults { return s.deltaDifferencesLocked(cur, rd) })
+	if err := dec.Err(); err != nil {
+		return nil, err
+	}
+	if dec.Verdict == admit.Same {
 		return headOf(cur), nil // the same push twice is not a fault
-	case rd.From != cur.Roster.Generation:
-		return nil, &deltaBaseError{from: rd.From, inForce: cur.Roster.Generation}
 	}
 	next, err := s.applyDeltaLocked(cur, dd.Generation, rd, origin)
 	if err != nil {
@@ -465,22 +424,11 @@ func (s *Source) offerDelta(data []byte, origin string) (*spec.Declaration, erro
 
 // applyDeltaLocked puts rd, a roster delta from the roster in force (cur's),
 // in force in place as declaration generation gen, and records the change;
-// it refuses rd when the resolver serves a newer roster than cur's, or when
-// rd removes a name the roster lacks. The caller holds changeMu.
+// rd is admitted already (admit.DeclarationDelta, admit.RosterDelta). It
+// refuses rd when it removes a name the roster lacks. The caller holds
+// changeMu.
 func (s *Source) applyDeltaLocked(cur *spec.Declaration, gen uint64, rd *spec.RosterDelta, origin string) (*spec.Declaration, error) {
 	syncs.AssertLocked(&s.changeMu)
-	s.mu.Lock()
-	srv := s.served
-	s.mu.Unlock()
-	if srv.gen != 0 && rd.To <= srv.gen && srv.gen != cur.Roster.Generation {
-		// The resolver serves a newer roster than the declaration in force
-		// (an agent started on an older saved declaration): a delta from
-		// the older one cannot be judged against it by its names.
-		return nil, &ConflictError{Refusal: RefusedRosterOlder, Faults: []*spec.FieldError{{
-			Path:   "roster_delta.to",
-			Reason: fmt.Sprintf("%d is not newer than roster generation %d, served; rosters never go back: send the whole declaration", rd.To, srv.gen),
-		}}}
-	}
 	var faults spec.FaultList // bounded: a delta may name a million names the roster lacks
 	for i, name := range rd.Remove {
 		if _, ok := cur.Roster.Names[name]; !ok {
@@ -531,14 +479,14 @@ func (s *Source) deltaDifferencesLocked(cur *spec.Declaration, rd *spec.RosterDe
 	s.mu.Unlock()
 	var out faultList
 	if last != nil && rd.From != last.Roster.From {
-		out.add("roster_delta.from", "%d here; roster generation %d in force was made from generation %d", rd.From, in.Generation, last.Roster.From)
+		out.Add("roster_delta.from", "%d here; roster generation %d in force was made from generation %d", rd.From, in.Generation, last.Roster.From)
 		return out
 	}
 	switch {
 	case rd.Zones != nil && !slices.Equal(rd.Zones, in.Zones):
-		out.add("roster_delta.zones", "%v here, %v in force", rd.Zones, in.Zones)
+		out.Add("roster_delta.zones", "%v here, %v in force", rd.Zones, in.Zones)
 	case rd.Zones == nil && last != nil && last.Undo.Zones != nil:
-		out.add("roster_delta.zones", "not here (%v, as in generation %d), %v in force", last.Undo.Zones, rd.From, in.Zones)
+		out.Add("roster_delta.zones", "not here (%v, as in generation %d), %v in force", last.Undo.Zones, rd.From, in.Zones)
 	}
 	removed := make(map[string]int, len(rd.Remove)) // name -> index in Remove
 	for i, n := range rd.Remove {
@@ -581,34 +529,24 @@ func (s *Source) deltaDifferencesLocked(cur *spec.Declaration, rd *spec.RosterDe
 		}
 		switch {
 		case set && now == nil:
-			out.add(fmt.Sprintf("roster_delta.set[%q]", n), "%s here; not in roster generation %d in force", addrList(after), in.Generation)
+			out.Add(fmt.Sprintf("roster_delta.set[%q]", n), "%s here; not in roster generation %d in force", addrList(after), in.Generation)
 		case set:
-			out.add(fmt.Sprintf("roster_delta.set[%q]", n), "%s here, %s in force", addrList(after), addrList(now))
+			out.Add(fmt.Sprintf("roster_delta.set[%q]", n), "%s here, %s in force", addrList(after), addrList(now))
 		case gone:
-			out.add(fmt.Sprintf("roster_delta.remove[%d]", i), "%q is removed here; roster generation %d in force has it (%s)", n, in.Generation, addrList(now))
+			out.Add(fmt.Sprintf("roster_delta.remove[%d]", i), "%q is removed here; roster generation %d in force has it (%s)", n, in.Generation, addrList(now))
 		case now == nil:
-			out.add("roster_delta", "does not remove %q (%s); roster generation %d in force removed it", n, addrList(after), in.Generation)
+			out.Add("roster_delta", "does not remove %q (%s); roster generation %d in force removed it", n, addrList(after), in.Generation)
 		case after == nil:
-			out.add("roster_delta", "does not set %q; roster generation %d in force has it at %s", n, in.Generation, addrList(now))
+			out.Add("roster_delta", "does not set %q; roster generation %d in force has it at %s", n, in.Generation, addrList(now))
 		default:
-			out.add("roster_delta", "does not set %q (%s before); roster generation %d in force has it at %s", n, addrList(after), in.Generation, addrList(now))
+			out.Add("roster_delta", "does not set %q (%s before); roster generation %d in force has it at %s", n, addrList(after), in.Generation, addrList(now))
 		}
 	}
 	if differ > spec.MaxFaults {
-		out.add("roster_delta", "and %d more names differ", differ-spec.MaxFaults)
+		out.Add("roster_delta", "and %d more names differ", differ-spec.MaxFaults)
 	}
 	return out
 }
-
-// deltaBaseError is a roster delta from another generation than the
-// roster in force.
-type deltaBaseError struct{ from, inForce uint64 }
-
-func (e *deltaBaseError) Error() string {
-	return fmt.Sprintf("roster_delta.from: %d, but the roster in force is generation %d; send the whole declaration, or a delta from %d", e.from, e.inForce, e.inForce)
-}
-
-func (e *deltaBaseError) Unwrap() error { return ErrDeltaBase }
 
 // ReadPath reads the declaration at path (a file, or a directory of
 // declaration files) now, as WatchPath does on a change: on SIGHUP, say.
