@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"reflect"
 	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -430,17 +430,19 @@ func (p *Publisher) PublishDeclaration(ctx context.Context, d *spec.Declaration)
 	switch {
 	case err == nil:
 		prev = e.Revision()
-		if old, perr := parseMachineDeclaration(e.Value()); perr == nil && old.Generation >= d.Generation {
-			if old.Generation == d.Generation {
-				// Judged as the agent judges it: the same again is
-				// idempotent, other content is generation_reused (both
-				// sides parsed alike, so only content can differ).
-				if mine, merr := parseMachineDeclaration(data); merr == nil && reflect.DeepEqual(withoutRoster(mine), withoutRoster(old)) {
-					return prev, nil
-				}
+		old, perr := parseMachineDeclaration(e.Value())
+		mine, merr := parseMachineDeclaration(data) // both sides parsed alike
+		if perr == nil && merr == nil {
+			// Judged as the agent judges it (admit.Contents): the same
+			// again is idempotent, other content is generation_reused.
+			switch dec := admit.Contents(mine, old); {
+			case dec.Verdict == admit.Same:
+				return prev, nil
+			case dec.Reason == admit.GenerationReused:
 				return 0, fmt.Errorf("declaration of %s generation %d: generation %d is in the bucket with other content (generation_reused); publish the change under a newer generation: %w", d.Machine, d.Generation, old.Generation, ErrStale)
+			case dec.Verdict == admit.Refused:
+				return 0, fmt.Errorf("declaration of %s generation %d: generation %d is in the bucket: %w", d.Machine, d.Generation, old.Generation, ErrStale)
 			}
-			return 0, fmt.Errorf("declaration of %s generation %d: generation %d is in the bucket: %w", d.Machine, d.Generation, old.Generation, ErrStale)
 		}
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 		// first

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"reflect"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
@@ -734,22 +734,23 @@ func (w *Watcher) observeDeclaration(e entry) {
 	if err == nil && d.Machine != w.cfg.Machine {
 		err = &spec.FieldError{Path: "machine", Reason: fmt.Sprintf("%q is another machine; this agent runs %q", d.Machine, w.cfg.Machine)}
 	}
-	if err == nil && cur != nil && d.Generation <= cur.Generation {
-		if d.Generation == cur.Generation {
-			if reflect.DeepEqual(withoutRoster(d), withoutRoster(cur)) {
-				return // the same again
-			}
-			// Refused visibly, as declsource refuses it (generation_reused):
-			// a restarted watcher's Put refuses it too.
+	if err == nil {
+		// Judged as the Source judges it (admit.Contents): a restarted
+		// watcher's Put refuses what this one refuses.
+		switch dec := admit.Contents(d, cur); {
+		case dec.Verdict == admit.Same:
+			return // the same again
+		case dec.Reason == admit.GenerationReused:
 			w.metrics.declarations.WithLabelValues("stale").Inc()
 			w.refusals.refuse("declaration", reasonStale, "the generation in force with other content (generation_reused)", d.Generation, cur.Generation)
 			w.log.Error("declaration refused: generation in force with other content; a changed declaration needs a newer generation (generation_reused); the one in force stays", "declaration_generation", d.Generation)
 			return
+		case dec.Verdict == admit.Refused:
+			w.metrics.declarations.WithLabelValues("stale").Inc()
+			w.refusals.refuse("declaration", reasonStale, "generations never go backwards", d.Generation, cur.Generation)
+			w.log.Error("declaration refused: generations never go backwards; the one in force stays", "declaration_generation", d.Generation, "in_force", cur.Generation)
+			return
 		}
-		w.metrics.declarations.WithLabelValues("stale").Inc()
-		w.refusals.refuse("declaration", reasonStale, "generations never go backwards", d.Generation, cur.Generation)
-		w.log.Error("declaration refused: generations never go backwards; the one in force stays", "declaration_generation", d.Generation, "in_force", cur.Generation)
-		return
 	}
 	if err != nil {
 		w.metrics.declarations.WithLabelValues("invalid").Inc()
@@ -816,11 +817,4 @@ func parseMachineDeclaration(data []byte) (*spec.Declaration, error) {
 	}
 	d.Roster = nil
 	return d, nil
-}
-
-// withoutRoster is d without its roster, which moves apart from it.
-func withoutRoster(d *spec.Declaration) spec.Declaration {
-	out := *d
-	out.Roster = nil
-	return out
 }
