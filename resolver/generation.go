@@ -90,3 +90,42 @@ func addrString(addrs []netip.Addr) string {
 	}
 	return strings.Join(s, ",")
 }
+
+// DeltaDifferences compares what d sets and removes with the roster being
+// served, and returns what differs, sorted, at most max lines: nil when
+// serving d's change again would change nothing. It is what a caller says
+// when d claims the generation being served (Apply refuses d either way).
+// It costs what d names, not the roster.
+func (s *Server) DeltaDifferences(d *spec.RosterDelta, max int) []string {
+	t := s.table.Load()
+	if t == nil {
+		return []string{"no roster is served"}
+	}
+	var out []string
+	if d.Zones != nil && !sameZones(t, d.Zones) {
+		out = append(out, fmt.Sprintf("zones: here %v, not as served", d.Zones))
+	}
+	for name, addrs := range d.Set {
+		h, found, _ := t.lookupName(name)
+		var have []netip.Addr
+		if found {
+			have = addrList(h.a4, h.a6)
+		}
+		want := slices.Clone(addrs)
+		slices.SortFunc(want, netip.Addr.Compare)
+		if !slices.Equal(have, slices.Compact(want)) {
+			out = append(out, fmt.Sprintf("set[%q]: served %s, here %s", spec.CanonicalName(name), addrString(have), addrString(want)))
+		}
+	}
+	for _, name := range d.Remove {
+		if h, found, _ := t.lookupName(name); found && len(h.a4)+len(h.a6) > 0 {
+			out = append(out, fmt.Sprintf("remove[%q]: served at %s", spec.CanonicalName(name), addrString(addrList(h.a4, h.a6))))
+		}
+	}
+	slices.Sort(out)
+	if max > 0 && len(out) > max {
+		more := len(out) - max + 1
+		out = append(out[:max-1], fmt.Sprintf("and %d more", more))
+	}
+	return out
+}

@@ -116,17 +116,19 @@ func ServedRoster(what string, r *spec.Roster, served uint64, diffs func() []str
 }
 
 // ServedDelta judges rd, a roster delta put to the resolver (its control
-// socket's PATCH), against the generation served (0: none). The resolver
-// keeps no change to judge a delta to the generation served by, so it
-// cannot tell the same delta again from another: either is refused
-// (RosterGenerationReused), and the agent that sent it reads the
-// generation served and moves on.
-func ServedDelta(rd *spec.RosterDelta, served uint64) Decision {
+// socket's PATCH), against the generation served (0: none). diffs returns,
+// bounded, how the names rd sets and removes differ from the roster
+// served; called only when rd.To is the generation served: none is the
+// same delta again (Same), as far as the names it carries tell.
+func ServedDelta(rd *spec.RosterDelta, served uint64, diffs func() []string) Decision {
 	switch {
 	case served != 0 && rd.To < served:
 		return refuse(RosterOlder, &spec.FieldError{Path: "roster_delta.to", Reason: fmt.Sprintf("%d is older than generation %d, which is served; rosters never go back", rd.To, served)})
 	case served != 0 && rd.To == served:
-		return refuse(RosterGenerationReused, &spec.FieldError{Path: "roster_delta.to", Reason: fmt.Sprintf("generation %d is served; a delta to it changes nothing, and a changed roster needs a newer generation", rd.To)})
+		if d := diffs(); len(d) > 0 {
+			return refuse(RosterGenerationReused, &spec.FieldError{Path: "roster_delta.to", Reason: fmt.Sprintf("generation %d is served with other names (%s); a changed roster needs a newer generation", rd.To, joinSemi(d))})
+		}
+		return same
 	case served == 0 && rd.From != 0:
 		return refuse(DeltaBase, &spec.FieldError{Path: "roster_delta.from", Reason: fmt.Sprintf("%d, and no roster is served; send the whole roster", rd.From)})
 	case served != 0 && rd.From != served:

@@ -19,11 +19,11 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 	"github.com/meshhost/meshhost/internal/plumbing/logging"
@@ -34,6 +34,7 @@ import (
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/resolver/control"
 	"github.com/meshhost/meshhost/resolver/handover"
+	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
 
@@ -468,27 +469,34 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	if err != nil {
 		return fmt.Errorf("roster %q: %w", path, err)
 	}
-	err = srv.Update(r)
-	if errors.Is(err, resolver.ErrStaleGeneration) {
-		// A generation names one roster, and generations never go back:
-		// the file may repeat the served roster (a touch, a SIGHUP), and
-		// anything else is refused, saying what differs.
-		served := srv.Generation()
-		if r.Generation < served {
-			return fmt.Errorf("roster %q: generation %d is older than generation %d, which is served; rosters never go back (write a newer generation)", path, r.Generation, served)
+	// A generation names one roster, and generations never go back: the
+	// file may repeat the served roster (a touch, a SIGHUP), and anything
+	// else is refused, saying what differs (admit.ServedRoster).
+	what := fmt.Sprintf("roster %q", path)
+	dec := admitRoster(srv, what, r)
+	if dec.Verdict == admit.Accepted {
+		err = srv.Update(r)
+		if errors.Is(err, resolver.ErrStaleGeneration) { // another roster came first
+			dec = admitRoster(srv, what, r)
 		}
-		if diff := srv.Differences(r, 10); len(diff) > 0 {
-			return fmt.Errorf("roster %q: generation %d is served with other names (%s); a changed roster needs a newer generation", path, r.Generation, strings.Join(diff, "; "))
-		}
+	}
+	switch {
+	case dec.Verdict == admit.Same:
 		log.Info("roster file unchanged; keeping the served roster", "path", path, "roster_generation", r.Generation)
 		return nil
-	}
-	if err != nil {
+	case dec.Verdict == admit.Refused:
+		return dec.Err()
+	case err != nil:
 		return fmt.Errorf("roster %q: %w", path, err)
 	}
 	log.Info("roster applied", "path", path, "roster_generation", r.Generation, "names", len(r.Names),
 		"took", time.Since(start), "applied_unix_nano", time.Now().UnixNano())
 	return nil
+}
+
+// admitRoster judges r against the roster srv serves (admit.ServedRoster).
+func admitRoster(srv *resolver.Server, what string, r *spec.Roster) admit.Decision {
+	return admit.ServedRoster(what, r, srv.Generation(), func() []string { return srv.Differences(r, 10) })
 }
 
 // FlushOnSignal empties srv's cache on each SIGUSR1 until ctx ends or the

@@ -176,12 +176,17 @@ type RosterResult struct {
 	// or ConflictDeltaBase. A resolver older than deltas leaves it empty,
 	// and means ConflictNotNewer.
 	Conflict string `json:"conflict,omitempty"`
+	// Reason is the admission reason of a refusal (package admit's, as the
+	// agent counts its refusals): roster_older, roster_generation_reused,
+	// delta_base, invalid. Empty when accepted.
+	Reason string `json:"reason,omitempty"`
 }
 
 // The reasons of a 409 (RosterResult.Conflict).
 const (
-	// ConflictNotNewer: the generation put is served already, or an older
-	// one (resolver.ErrStaleGeneration).
+	// ConflictNotNewer: the generation put is served already with other
+	// names, or an older one (resolver.ErrStaleGeneration; Reason says
+	// which). The same roster or delta again is 200.
 	ConflictNotNewer = "not_newer"
 	// ConflictDeltaBase: the delta is from another generation than the one
 	// served (spec.ErrDeltaBase).

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 	"github.com/meshhost/meshhost/internal/plumbing/peercred"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
@@ -349,16 +350,37 @@ func (s *Server) putRoster(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: err.Error()})
 		return
 	}
-	s.answerRoster(w, ro.Generation, s.cfg.Resolver.Update(ro))
+	srv := s.cfg.Resolver
+	judge := func() admit.Decision {
+		return admit.ServedRoster("roster", ro, srv.Generation(), func() []string { return srv.Differences(ro, 10) })
+	}
+	s.answerRoster(w, ro.Generation, judge, func() error { return srv.Update(ro) })
 }
 
-// answerRoster answers a roster change to generation gen that ended in err.
-func (s *Server) answerRoster(w http.ResponseWriter, gen uint64, err error) {
+// answerRoster answers a roster change to generation gen: judged first
+// (admit: the same again is 200 and changes nothing; an older roster, the
+// generation served with other names, or a delta from another base is
+// 409), then put in force by change; a change that lost a race to another
+// is judged again.
+func (s *Server) answerRoster(w http.ResponseWriter, gen uint64, judge func() admit.Decision, change func() error) {
+	dec := judge()
+	var err error
+	if dec.Verdict == admit.Accepted {
+		if err = change(); errors.Is(err, resolver.ErrStaleGeneration) || errors.Is(err, spec.ErrDeltaBase) {
+			dec = judge()
+		}
+	}
 	served := s.cfg.Resolver.Generation()
 	switch {
+	case dec.Verdict == admit.Same:
+		writeJSON(w, http.StatusOK, RosterResult{Generation: served})
+	case dec.Verdict == admit.Refused && dec.Reason == admit.DeltaBase:
+		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: dec.Err().Error(), Conflict: ConflictDeltaBase, Reason: string(dec.Reason)})
+	case dec.Verdict == admit.Refused:
+		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: dec.Err().Error(), Conflict: ConflictNotNewer, Reason: string(dec.Reason)})
 	case err == nil:
 		writeJSON(w, http.StatusOK, RosterResult{Generation: served})
-	case errors.Is(err, resolver.ErrStaleGeneration):
+	case errors.Is(err, resolver.ErrStaleGeneration): // judged Accepted again: cannot be
 		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: err.Error(), Conflict: ConflictNotNewer})
 	case errors.Is(err, spec.ErrDeltaBase):
 		writeJSON(w, http.StatusConflict, RosterResult{Generation: served, Error: err.Error(), Conflict: ConflictDeltaBase})
@@ -367,7 +389,7 @@ func (s *Server) answerRoster(w http.ResponseWriter, gen uint64, err error) {
 		s.log.Error("roster served but not saved", "roster_generation", served, "err", err)
 		writeJSON(w, http.StatusInternalServerError, RosterResult{Generation: served, Error: err.Error()})
 	default:
-		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: served, Error: err.Error()})
+		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: served, Error: err.Error(), Reason: string(admit.Invalid)})
 	}
 }
 
@@ -375,8 +397,9 @@ func (s *Server) answerRoster(w http.ResponseWriter, gen uint64, err error) {
 // change of k names costs the resolver k, where PUT costs it the whole
 // roster. A delta whose From is not the generation served is refused (409,
 // ConflictDeltaBase: the agent reads the roster again and sends what it
-// lacks); one whose To is served already, such as the same delta again, is
-// refused as not newer (409, ConflictNotNewer) and changes nothing.
+// lacks); the same delta again (its To served, with the names it carries)
+// is 200 and changes nothing; one whose To is served with other names, or
+// older, is refused as not newer (409, ConflictNotNewer).
 func (s *Server) patchRoster(w http.ResponseWriter, r *http.Request) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxRoster))
 	if err != nil {
@@ -388,7 +411,11 @@ func (s *Server) patchRoster(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: err.Error()})
 		return
 	}
-	s.answerRoster(w, d.To, s.cfg.Resolver.Apply(d))
+	srv := s.cfg.Resolver
+	judge := func() admit.Decision {
+		return admit.ServedDelta(d, srv.Generation(), func() []string { return srv.DeltaDifferences(d, 10) })
+	}
+	s.answerRoster(w, d.To, judge, func() error { return srv.Apply(d) })
 }
 
 func (s *Server) putExposure(w http.ResponseWriter, r *http.Request) {
