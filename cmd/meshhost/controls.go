@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/pass"
@@ -215,19 +216,23 @@ func defineApprove(env *environment, fs *flag.FlagSet) runner {
 		// other generation would wait for it, and let a future push of
 		// that generation skip the hold unseen.
 		st, err := agent.LoadStatus(dir)
-		switch {
-		case err != nil:
+		if err != nil {
 			return 1, err
-		case st == nil:
-			return 1, fmt.Errorf("declaration %d is not held: the agent has written no status in %s yet, so nothing is (meshhost status)", gen, dir.Path())
-		case st.Held == nil:
+		}
+		var held uint64
+		nothing := fmt.Sprintf("the agent has written no status in %s yet, so nothing is (meshhost status)", dir.Path())
+		if st != nil {
 			inForce := ""
 			if d, err := agent.LoadDeclaration(dir); err == nil && d != nil {
 				inForce = fmt.Sprintf("declaration %d is in force; ", d.Generation)
 			}
-			return 1, fmt.Errorf("declaration %d is not held: nothing is (%smeshhost status)", gen, inForce)
-		case st.Held.Generation != gen:
-			return 1, fmt.Errorf("declaration %d is not held: the declaration held is %d (meshhost status shows what it would change)", gen, st.Held.Generation)
+			nothing = fmt.Sprintf("nothing is (%smeshhost status)", inForce)
+			if st.Held != nil {
+				held = st.Held.Generation
+			}
+		}
+		if err := admit.Approve(gen, held, nothing).Err(); err != nil {
+			return 1, err
 		}
 		if err := agent.ApproveDeclaration(dir, gen); err != nil {
 			return 1, err
@@ -351,25 +356,16 @@ func defineRollback(env *environment, fs *flag.FlagSet) runner {
 // flag, cur's roster (a roster never goes back: names would return to old
 // addresses), and a generation newer than cur and every one journaled.
 func rollbackOf(old, cur *spec.Declaration, j *journal.Journal) (*spec.Declaration, error) {
-	if old.Machine != cur.Machine {
-		return nil, fmt.Errorf("declaration %d is for machine %q; the one in force is for %q", old.Generation, old.Machine, cur.Machine)
-	}
-	gen := cur.Generation
 	entries, err := j.Declarations()
 	if err != nil {
 		return nil, err
 	}
+	var newest uint64
 	for _, e := range entries {
-		gen = max(gen, e.Generation)
+		newest = max(newest, e.Generation)
 	}
-	next := *old
-	next.Generation = gen + 1
-	next.Roster = cur.Roster
-	next.Schema = spec.SchemaVersion
-	if err := next.Validate(); err != nil {
-		return nil, fmt.Errorf("declaration %d re-issued as %d: %w", old.Generation, next.Generation, err)
-	}
-	return &next, nil
+	next, dec := admit.Rollback(old, cur, newest)
+	return next, dec.Err()
 }
 
 // pushTo PUTs a declaration document to the agent's push endpoint at addr

@@ -32,13 +32,12 @@ func Rollback(old, cur *spec.Declaration, newest uint64) (*spec.Declaration, Dec
 // given held, the generation the blast-radius hold keeps back (0: none).
 // Only the declaration held may be approved: an approval of any other
 // would wait for it, and let a future push of that generation skip the
-// hold unseen. why says what is known when nothing is held ("the agent
-// has written no status", "declaration 7 is in force; "); empty for the
-// plain case.
-func Approve(gen, held uint64, why string) Decision {
+// hold unseen. nothing says, when nothing is held, what is known
+// ("nothing is (meshhost status)").
+func Approve(gen, held uint64, nothing string) Decision {
 	switch {
 	case held == 0:
-		return refuse(NotHeld, &spec.FieldError{Reason: fmt.Sprintf("declaration %d is not held: nothing is (%smeshhost status)", gen, why)})
+		return refuse(NotHeld, &spec.FieldError{Reason: fmt.Sprintf("declaration %d is not held: %s", gen, nothing)})
 	case held != gen:
 		return refuse(NotHeld, &spec.FieldError{Reason: fmt.Sprintf("declaration %d is not held: the declaration held is %d (meshhost status shows what it would change)", gen, held)})
 	}

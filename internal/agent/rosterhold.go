@@ -7,7 +7,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/meshhost/meshhost/internal/agent/pass"
+	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 )
@@ -81,18 +81,19 @@ func LoadRosterHold(dir statedir.Dir) (*RosterHold, error) {
 
 // AcceptRoster lets roster generation gen shrink past the guard. Only a
 // generation the guard holds may be accepted (pass.AcceptCovers, the rule
-// the pass releases by): an accept of any other would release nothing
+// the pass releases by; admit.AcceptRoster decides): an accept of any other would release nothing
 // now, and could let a future shrink of that generation through unseen.
 func AcceptRoster(dir statedir.Dir, gen uint64) error {
 	h, err := LoadRosterHold(dir)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case h == nil:
-		return fmt.Errorf("roster generation %d is not held: no roster is held, so there is nothing to accept (meshhost status)", gen)
-	case !pass.AcceptCovers(h.Served, h.Newest, gen):
-		return fmt.Errorf("roster generation %d is not held: the guard holds the change from roster generation %d to %d; accept one of %d to %d (meshhost roster diff %d %d shows it)",
-			gen, h.Served, h.Newest, h.Served+1, h.Newest, h.Served, h.Newest)
+	}
+	var served, newest uint64
+	if h != nil {
+		served, newest = h.Served, h.Newest
+	}
+	if err := admit.AcceptRoster(gen, h != nil, served, newest).Err(); err != nil {
+		return err
 	}
 	return writeAtomic(dir.RosterAccept(), []byte(strconv.FormatUint(gen, 10)+"\n"))
 }

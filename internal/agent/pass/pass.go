@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/internal/agent/rosterguard"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
@@ -310,7 +311,8 @@ func RosterChange(served *spec.Roster, change *spec.RosterDelta, guard rostergua
 // change arrives, and under steady churn a held drop could never be
 // released; an accept of a generation already served, or of one not yet
 // declared, releases nothing, so it never lets a future shrink through
-// unseen. Both the pass and meshhost roster accept decide by it.
+// unseen. Both the pass and meshhost roster accept decide by it
+// (admit.AcceptCovers).
 func AcceptCovers(served, newest, gen uint64) bool {
-	return served < gen && gen <= newest
+	return admit.AcceptCovers(served, newest, gen)
 }
