@@ -17,17 +17,19 @@ func isPodman(path string) bool {
 	return slices.ContainsFunc(podmanBindings, func(p string) bool { return strings.HasPrefix(path, p) })
 }
 
-// TestLeaves: spec imports only the standard library; digest only the
-// standard library and spec. Anything that speaks the vocabulary builds
-// without podman, DNS or JSON-reader code.
+// TestLeaves: spec imports only the standard library; digest and admit
+// only the standard library and spec. Anything that speaks the vocabulary
+// builds without podman, DNS or JSON-reader code, and every path that
+// admits an input (the resolver's included) may import the admission rule.
 func TestLeaves(t *testing.T) {
-	mod, pkgs := List(t, "./spec", "./digest")
+	mod, pkgs := List(t, "./spec", "./digest", "./internal/admit")
 	for _, tc := range []struct {
 		pkg   string
 		allow []string
 	}{
 		{mod + "/spec", nil},
 		{mod + "/digest", []string{mod + "/spec"}},
+		{mod + "/internal/admit", []string{mod + "/spec"}},
 	} {
 		t.Run(strings.TrimPrefix(tc.pkg, mod+"/"), func(t *testing.T) {
 			p, ok := pkgs[tc.pkg]
