@@ -113,7 +113,8 @@ func rosterAgainst(r *spec.Roster, cur *spec.Declaration, srv Served) Decision {
 // RosterOnly: the declaration in force (a local rollback) stays and the
 // roster moves (issue 22 defect 4: refused whole, it froze the machine's
 // names for good). An older one with no newer roster is refused, as is a
-// roster older than the one in force or served; the same again is Same.
+// roster older than the one in force or served, or of the generation of
+// either with other names; the same again is Same.
 func Parts(d, cur *spec.Declaration, srv Served) Decision {
 	rosterOnly := false
 	if cur != nil {
@@ -143,11 +144,11 @@ func Parts(d, cur *spec.Declaration, srv Served) Decision {
 			return same
 		}
 	}
-	if srv.Generation != 0 && d.Roster.Generation < srv.Generation {
-		return refuse(RosterOlder, &spec.FieldError{
-			Path:   "roster.generation",
-			Reason: fmt.Sprintf("%d is older than roster generation %d, served; rosters never go back", d.Roster.Generation, srv.Generation),
-		})
+	// The roster is judged as Declaration judges it: never older than the
+	// one served or in force, and of their generation only with their
+	// names.
+	if dec := rosterAgainst(d.Roster, cur, srv); dec.Verdict == Refused {
+		return dec
 	}
 	return Decision{Verdict: Accepted, RosterOnly: rosterOnly}
 }

@@ -48,7 +48,8 @@ func DeclarationDelta(gen uint64, rd *spec.RosterDelta, cur *spec.Declaration, s
 // local rollback is in force, and the roster moves under it); a newer
 // declGen is a declaration the agent lacks (DeltaBase: put it whole).
 // diffs is as for DeclarationDelta, called when rd.To is the roster
-// generation in force.
+// generation in force. A delta to an older roster is from another base
+// (DeltaBase), as a pushed one is.
 func RosterDelta(declGen uint64, rd *spec.RosterDelta, cur *spec.Declaration, srv Served, diffs func() Faults) Decision {
 	if cur == nil {
 		return refuse(DeltaBase, &spec.FieldError{Reason: fmt.Sprintf("roster generation %d: no declaration is in force to apply a roster delta to; put the whole declaration: %v", rd.To, ErrDeltaBase)})
@@ -65,12 +66,9 @@ func RosterDelta(declGen uint64, rd *spec.RosterDelta, cur *spec.Declaration, sr
 			return refuse(RosterGenerationReused, append(faults, d...).Bounded()...)
 		}
 		return same // the same change again
-	case rd.To < cur.Roster.Generation:
-		return refuse(RosterOlder, &spec.FieldError{
-			Path:   "roster_delta.to",
-			Reason: fmt.Sprintf("%d is older than roster generation %d, in force in declaration %d; rosters never go back", rd.To, cur.Roster.Generation, cur.Generation),
-		})
 	case rd.From != cur.Roster.Generation:
+		// A delta to an older roster is from another base too, and is
+		// judged so on every path, as a pushed one is.
 		return deltaFrom(rd.From, cur.Roster.Generation)
 	}
 	return deltaServed(rd, cur, srv)
@@ -119,11 +117,11 @@ func ServedRoster(what string, r *spec.Roster, served uint64, diffs func() []str
 // socket's PATCH), against the generation served (0: none). diffs returns,
 // bounded, how the names rd sets and removes differ from the roster
 // served; called only when rd.To is the generation served: none is the
-// same delta again (Same), as far as the names it carries tell.
+// same delta again (Same), as far as the names it carries tell. A delta
+// to an older generation is from another base (DeltaBase), as the agent's
+// push judges it.
 func ServedDelta(rd *spec.RosterDelta, served uint64, diffs func() []string) Decision {
 	switch {
-	case served != 0 && rd.To < served:
-		return refuse(RosterOlder, &spec.FieldError{Path: "roster_delta.to", Reason: fmt.Sprintf("%d is older than generation %d, which is served; rosters never go back", rd.To, served)})
 	case served != 0 && rd.To == served:
 		if d := diffs(); len(d) > 0 {
 			return refuse(RosterGenerationReused, &spec.FieldError{Path: "roster_delta.to", Reason: fmt.Sprintf("generation %d is served with other names (%s); a changed roster needs a newer generation", rd.To, joinSemi(d))})

@@ -85,7 +85,8 @@ func TestRosterDelta(t *testing.T) {
 		want string
 	}{
 		{"the generation served, other names", &spec.RosterDelta{From: 1, To: 2, Set: map[string][]netip.Addr{"x.internal": addrs("10.9.0.1")}}, resolver.ErrStaleGeneration, spec.ErrDeltaBase, "serving 2"},
-		{"an older generation", &spec.RosterDelta{From: 0, To: 1, Set: map[string][]netip.Addr{"x.internal": addrs("10.9.0.1")}}, resolver.ErrStaleGeneration, spec.ErrDeltaBase, "serving 2"},
+		// From another base, as the agent's push judges it (not newer before).
+		{"an older generation", &spec.RosterDelta{From: 0, To: 1, Set: map[string][]netip.Addr{"x.internal": addrs("10.9.0.1")}}, spec.ErrDeltaBase, resolver.ErrStaleGeneration, "from generation 0, the resolver serves 2"},
 		{"from a stale generation", &spec.RosterDelta{From: 1, To: 3, Set: map[string][]netip.Addr{"x.internal": addrs("10.9.0.1")}}, spec.ErrDeltaBase, resolver.ErrStaleGeneration, "from generation 1, the resolver serves 2"},
 		{"from a generation not served yet", &spec.RosterDelta{From: 5, To: 6, Remove: []string{"a.internal"}}, spec.ErrDeltaBase, resolver.ErrStaleGeneration, "serves 2"},
 		{"invalid", &spec.RosterDelta{From: 2, To: 3, Set: map[string][]netip.Addr{"bad_name.internal": addrs("10.9.0.1")}}, nil, spec.ErrDeltaBase, "HTTP 422"},
