@@ -162,12 +162,21 @@ func (p *Publisher) PublishRoster(ctx context.Context, r *spec.Roster) (Result, 
 	res := Result{Generation: r.Generation, Names: len(r.Names)}
 	if c := cur.commit; c != nil {
 		res.Previous = c.Generation
-		if r.Generation <= c.Generation {
-			if r.Generation == c.Generation && c.Digest == sum.String() && c.Names == len(r.Names) && slices.Equal(c.Zones, zonesOf(r)) {
-				res.Unchanged, res.Revision = true, c.Revision
-				return res, nil
+		// Judged as the resolver judges a roster against the one it
+		// serves (admit.ServedRoster); the committed one is known by its
+		// digest.
+		dec := admit.ServedRoster("roster", r, c.Generation, func() []string {
+			if c.Digest == sum.String() && c.Names == len(r.Names) && slices.Equal(c.Zones, zonesOf(r)) {
+				return nil
 			}
-			return res, fmt.Errorf("roster generation %d: generation %d is committed: %w", r.Generation, c.Generation, ErrStale)
+			return []string{"its names, zones or digest differ from the committed one"}
+		})
+		switch dec.Verdict {
+		case admit.Same:
+			res.Unchanged, res.Revision = true, c.Revision
+			return res, nil
+		case admit.Refused:
+			return res, fmt.Errorf("roster generation %d: generation %d is committed (%s): %w", r.Generation, c.Generation, dec.Reason, ErrStale)
 		}
 	}
 	var writes []write

@@ -743,12 +743,12 @@ func (w *Watcher) observeDeclaration(e entry) {
 		case dec.Reason == admit.GenerationReused:
 			w.metrics.declarations.WithLabelValues("stale").Inc()
 			w.refusals.refuse("declaration", reasonStale, "the generation in force with other content (generation_reused)", d.Generation, cur.Generation)
-			w.log.Error("declaration refused: generation in force with other content; a changed declaration needs a newer generation (generation_reused); the one in force stays", "declaration_generation", d.Generation)
+			w.log.Error("declaration refused: generation in force with other content; a changed declaration needs a newer generation (generation_reused); the one in force stays", "declaration_generation", d.Generation, "refusal", dec.Reason)
 			return
 		case dec.Verdict == admit.Refused:
 			w.metrics.declarations.WithLabelValues("stale").Inc()
 			w.refusals.refuse("declaration", reasonStale, "generations never go backwards", d.Generation, cur.Generation)
-			w.log.Error("declaration refused: generations never go backwards; the one in force stays", "declaration_generation", d.Generation, "in_force", cur.Generation)
+			w.log.Error("declaration refused: generations never go backwards; the one in force stays", "declaration_generation", d.Generation, "in_force", cur.Generation, "refusal", dec.Reason)
 			return
 		}
 	}
