@@ -281,7 +281,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		watching := make(chan struct{})
 		go func() { w.Run(wctx, 20*time.Millisecond, poke); close(watching) }()
 		defer func() { stopWatch(); <-watching }()
-		if err := reloadRoster(log, srv, f.roster); err != nil {
+		if err := ReloadRoster(log, srv, f.roster); err != nil {
 			if !srv.Serving() {
 				abort()
 				return 1, err
@@ -446,15 +446,19 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 			if f.roster == "" {
 				continue
 			}
-			if err := reloadRoster(log, srv, f.roster); err != nil {
+			if err := ReloadRoster(log, srv, f.roster); err != nil {
 				log.Error("roster refused; the previous one keeps serving", "err", err)
 			}
 		}
 	}
 }
 
-// reloadRoster reads, validates and applies the roster file.
-func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
+// ReloadRoster reads, validates and applies the roster file at path,
+// judged against the roster srv serves by package admit: the same roster
+// again is no fault and changes nothing (logged "roster file unchanged");
+// an older one, or the served generation with other names, is refused with
+// an *admit.Error.
+func ReloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 	start := time.Now()
 	if fi, err := os.Stat(path); err == nil {
 		if err := specjson.CheckSize(fi.Size()); err != nil { // refused before it is read

@@ -347,7 +347,7 @@ func (s *Server) putRoster(w http.ResponseWriter, r *http.Request) {
 	}
 	ro, err := specjson.Reader{Busy: s.cfg.Resolver.Busy}.ParseRoster(data) // steps aside while queries wait
 	if err != nil {
-		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: err.Error()})
+		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: err.Error(), Reason: string(admit.Invalid)})
 		return
 	}
 	srv := s.cfg.Resolver
@@ -408,7 +408,7 @@ func (s *Server) patchRoster(w http.ResponseWriter, r *http.Request) {
 	}
 	d, err := specjson.ParseRosterDelta(data)
 	if err != nil {
-		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: err.Error()})
+		writeJSON(w, http.StatusUnprocessableEntity, RosterResult{Generation: s.cfg.Resolver.Generation(), Error: err.Error(), Reason: string(admit.Invalid)})
 		return
 	}
 	srv := s.cfg.Resolver
