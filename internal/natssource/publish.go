@@ -450,7 +450,7 @@ func (p *Publisher) PublishDeclaration(ctx context.Context, d *spec.Declaration)
 			case dec.Reason == admit.GenerationReused:
 				return 0, fmt.Errorf("declaration of %s generation %d: generation %d is in the bucket with other content (generation_reused); publish the change under a newer generation: %w", d.Machine, d.Generation, old.Generation, ErrStale)
 			case dec.Verdict == admit.Refused:
-				return 0, fmt.Errorf("declaration of %s generation %d: generation %d is in the bucket: %w", d.Machine, d.Generation, old.Generation, ErrStale)
+				return 0, fmt.Errorf("declaration of %s generation %d: generation %d is in the bucket (%s): %w", d.Machine, d.Generation, old.Generation, dec.Reason, ErrStale)
 			}
 		}
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
