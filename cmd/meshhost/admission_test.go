@@ -274,6 +274,23 @@ var admCases = []admCase{{
 		pPubRoster: naNoDecl, pCtlPut: naNoDecl, pCtlPatch: naNoDecl, pRosterFile: naNoDecl,
 	}, pApprove, pAccept),
 }, {
+	name:     "rollback, then the controller's declaration of the rollback's generation",
+	rollback: true,
+	decl:     admDecl(6, "busybox:2", admRoster(4, "a="+admA, "b="+admB, "c="+admC)),
+	delta:    admDeclDelta(6, admDelta(3, 4, "c="+admC)),
+	rdelta:   admDelta(3, 4, "c="+admC), rdGen: 6,
+	want: refusedFor(admit.GenerationReused),
+	per: map[string]admVerdict{
+		// The roster keeps flowing: a roster commit applies to the roster
+		// in force whatever the declaration.
+		pRosterDel: admAccepted,
+	},
+	na: naFor(map[string]string{
+		pWatcher:   "the watcher compares declarations with its own last one, not the Source's rollback: its Put is the Put row",
+		pPubDecl:   "publish judges against the machines bucket, where no rollback is (it is local)",
+		pPubRoster: naNoDecl, pCtlPut: naNoDecl, pCtlPatch: naNoDecl, pRosterFile: naNoDecl,
+	}, pApprove, pAccept),
+}, {
 	name:     "rollback, then the controller's newer declaration",
 	rollback: true,
 	decl:     admDecl(7, "busybox:3", admRoster(4, "a="+admA, "b="+admB, "c="+admC)),
