@@ -22,6 +22,7 @@ import (
 
 	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/internal/agent/declsource"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/natssource"
 	"github.com/meshhost/meshhost/internal/resolvercmd"
 	"github.com/meshhost/meshhost/internal/testkit/needs"
@@ -151,12 +152,13 @@ const (
 	pCtlPut     = "resolver control PUT /v1/roster"
 	pCtlPatch   = "resolver control PATCH /v1/roster"
 	pRosterFile = "meshhost resolver --roster file"
+	pPlan       = "meshhost plan DELTA (dry run)"
 	pRollback   = "meshhost rollback"
 	pApprove    = "meshhost approve"
 	pAccept     = "meshhost roster accept"
 )
 
-var admPaths = []string{pOffer, pHTTP, pFile, pDir, pPut, pRosterDel, pWatcher, pPubDecl, pPubRoster, pCtlPut, pCtlPatch, pRosterFile, pRollback, pApprove, pAccept}
+var admPaths = []string{pOffer, pHTTP, pFile, pDir, pPut, pRosterDel, pWatcher, pPubDecl, pPubRoster, pCtlPut, pCtlPatch, pRosterFile, pPlan, pRollback, pApprove, pAccept}
 
 // Why a path takes none of a case's inputs, said once for the cases that
 // share it.
@@ -181,6 +183,8 @@ func naFor(m map[string]string, paths ...string) map[string]string {
 				out[p] = naControls
 			case pRollback:
 				out[p] = naRollback
+			case pPlan:
+				out[p] = "plan runs on the agent's state, where no rollback is made here: the rollback row is the command"
 			}
 		}
 	}
@@ -245,6 +249,7 @@ var admCases = []admCase{{
 		pWatcher: naNoRoster, pPubDecl: naNoRoster,
 		pRosterDel: "a delta to an older roster is from another base: the delta_base case",
 		pCtlPatch:  "a delta to an older roster is from another base: the delta_base case",
+		pPlan:      "plan takes declaration deltas, and a delta to an older roster is from another base: the delta_base case",
 	}, pRollback, pApprove, pAccept),
 }, {
 	name:   "a roster of the served generation with other names",
@@ -254,6 +259,7 @@ var admCases = []admCase{{
 	want: refusedFor(admit.RosterGenerationReused),
 	na: naFor(map[string]string{
 		pWatcher: naNoRoster, pPubDecl: naNoRoster,
+		pPlan: "plan takes declaration deltas, which name a declaration generation: at the one in force, the generation_reused case; above it, from another base",
 	}, pRollback, pApprove, pAccept),
 }, {
 	name:     "rollback, then the controller's older declaration with a newer roster",
@@ -272,7 +278,7 @@ var admCases = []admCase{{
 		pWatcher:   "the watcher compares declarations with its own last one, not the Source's rollback: its Put is the Put row",
 		pPubDecl:   "publish judges against the machines bucket, where no rollback is (it is local)",
 		pPubRoster: naNoDecl, pCtlPut: naNoDecl, pCtlPatch: naNoDecl, pRosterFile: naNoDecl,
-	}, pApprove, pAccept),
+	}, pPlan, pApprove, pAccept),
 }, {
 	name:     "rollback, then the controller's declaration of the rollback's generation",
 	rollback: true,
@@ -289,7 +295,7 @@ var admCases = []admCase{{
 		pWatcher:   "the watcher compares declarations with its own last one, not the Source's rollback: its Put is the Put row",
 		pPubDecl:   "publish judges against the machines bucket, where no rollback is (it is local)",
 		pPubRoster: naNoDecl, pCtlPut: naNoDecl, pCtlPatch: naNoDecl, pRosterFile: naNoDecl,
-	}, pApprove, pAccept),
+	}, pPlan, pApprove, pAccept),
 }, {
 	name:     "rollback, then the controller's newer declaration",
 	rollback: true,
@@ -301,7 +307,7 @@ var admCases = []admCase{{
 		pWatcher:   "the watcher compares declarations with its own last one, not the Source's rollback: its Put is the Put row",
 		pPubDecl:   "publish judges against the machines bucket, where no rollback is (it is local)",
 		pPubRoster: naNoDecl, pCtlPut: naNoDecl, pCtlPatch: naNoDecl, pRosterFile: naNoDecl,
-	}, pApprove, pAccept),
+	}, pPlan, pApprove, pAccept),
 }, {
 	name:    "approve of a declaration not held",
 	control: "approve 9",
@@ -359,6 +365,8 @@ func admRun(t *testing.T, path string, tc admCase) (admVerdict, bool) {
 		return admPublish(t, path, tc)
 	case pCtlPut, pCtlPatch, pRosterFile:
 		return admResolver(t, path, tc)
+	case pPlan:
+		return admPlan(t, tc)
 	case pRollback:
 		return admRollbackCmd(t, tc)
 	case pApprove, pAccept:
@@ -789,4 +797,21 @@ func admControl(t *testing.T, path string, tc admCase) (admVerdict, bool) {
 		return refusedFor(admit.NotHeld), true
 	}
 	return admVerdict(fmt.Sprintf("refused otherwise (exit %d: %s)", code, errOut)), true
+}
+
+// admPlan judges the case's declaration delta as meshhost plan does, on an
+// agent's state with declaration 5 and roster 3.
+func admPlan(t *testing.T, tc admCase) (admVerdict, bool) {
+	if tc.delta == "" {
+		return "", false
+	}
+	f := admAgent(t)
+	d, err := applyDelta(statedir.New(f.state), []byte(tc.delta))
+	switch {
+	case err != nil:
+		return refusedFor(admit.ReasonOf(err, admit.Invalid)), true
+	case d.Generation == 5:
+		return admSame, true
+	}
+	return admAccepted, true
 }

@@ -10,10 +10,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/meshhost/meshhost/digest"
+	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/pass"
 	"github.com/meshhost/meshhost/internal/agent/rosterguard"
@@ -132,16 +134,42 @@ func applyDelta(dir statedir.Dir, data []byte) (*spec.Declaration, error) {
 		return nil, err
 	case d == nil:
 		return nil, fmt.Errorf("a roster delta applies to the declaration in force, and the agent has applied none in %s", dir.Path())
-	case dd.Machine != d.Machine:
-		return nil, fmt.Errorf("the delta is for machine %q, the declaration in force for %q", dd.Machine, d.Machine)
-	case dd.Generation <= d.Generation:
-		return nil, fmt.Errorf("the delta is generation %d, the declaration in force %d", dd.Generation, d.Generation)
+	}
+	// Judged as the agent judges it (admit); the agent's served roster is
+	// the one it saved.
+	if err := admit.Machine("", d, dd.Machine).Err(); err != nil {
+		return nil, err
+	}
+	dec := admit.DeclarationDelta(dd.Generation, dd.Roster, d, admit.Served{}, func() admit.Faults { return deltaAgainst(d.Roster, dd.Roster) })
+	switch dec.Verdict {
+	case admit.Refused:
+		return nil, dec.Err()
+	case admit.Same:
+		return d, nil // the same delta again: nothing changes
 	}
 	if _, err := d.Roster.Apply(dd.Roster); err != nil {
 		return nil, err
 	}
 	d.Generation = dd.Generation
 	return d, nil
+}
+
+// deltaAgainst names what rd, a delta to roster r's generation, sets or
+// removes otherwise than r has it: the agent's judgement of the same delta
+// again, by the names it carries.
+func deltaAgainst(r *spec.Roster, rd *spec.RosterDelta) admit.Faults {
+	var out admit.Faults
+	for n, addrs := range rd.Set {
+		if have := r.Names[n]; !slices.Equal(have, addrs) {
+			out.Add(fmt.Sprintf("roster_delta.set[%q]", n), "%s here, %s in force", admit.AddrList(addrs), admit.AddrList(have))
+		}
+	}
+	for i, n := range rd.Remove {
+		if have, ok := r.Names[n]; ok {
+			out.Add(fmt.Sprintf("roster_delta.remove[%d]", i), "%q is removed here; roster generation %d in force has it (%s)", n, r.Generation, admit.AddrList(have))
+		}
+	}
+	return out
 }
 
 // planned is what planPass found: the pass, the roster it renders with,
