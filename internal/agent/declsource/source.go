@@ -326,7 +326,7 @@ func (s *Source) offer(data []byte, origin string) (*spec.Declaration, error) {
 }
 
 // take puts d, parsed and valid, in force if it is newer and agrees with
-// what is in force (checkGenerations); data is its document (nil when it
+// what is in force (admit.Declaration); data is its document (nil when it
 // came in parts: Put). d's roster becomes the Source's own.
 func (s *Source) take(d *spec.Declaration, data []byte, origin string) (*spec.Declaration, error) {
 	if err := s.checkMachine(d.Machine); err != nil {
