@@ -13,8 +13,9 @@ import (
 // arrives). It is newer than the declaration in force when its generation
 // is higher, or equal with a higher roster generation: the roster moves
 // without the rest of the declaration. An older one is refused
-// (ErrConflict, ErrStale), as is a roster older than the one served; the
-// same one again changes nothing. On error nothing changes. d's roster is
+// (ErrConflict, ErrStale), as is a roster older than the one served or in
+// force, or of their generation with other names (admit.Parts); the same
+// one again changes nothing. On error nothing changes. d's roster is
 // copied (its names are not: address lists are never changed in place),
 // so the caller may share it.
 func (s *Source) Put(d *spec.Declaration, origin string) error {
@@ -77,11 +78,13 @@ func (s *Source) put(d *spec.Declaration, origin string) error {
 // PutRosterDelta puts in force the roster in force changed by d, the rest
 // of the declaration unchanged: the roster of a source whose roster moves
 // without the declaration (natssource), as a change that is parsed and
-// valid already. It is judged as a pushed declaration delta is: machine
-// must be the declaration's in force, declGen its generation, and d must
-// apply to the roster in force (d.From); else it is refused, ErrDeltaBase
-// for a roster in force of another generation (or none, or a newer
-// declaration: those are Put whole), ErrStale for an older one. The same
+// valid already, judged by admit.RosterDelta: machine must be the
+// declaration's in force, declGen not newer than its generation (an older
+// one: a local rollback is in force, and the roster moves under it), and d
+// must apply to the roster in force (d.From); else it is refused,
+// ErrDeltaBase for a roster in force of another generation (a delta to an
+// older roster is one; or none, or a newer declaration: those are Put
+// whole), ErrStale when the resolver serves a newer roster. The same
 // change again (the roster generation in force, making the roster in
 // force) changes nothing; the roster generation in force with other names
 // is refused (RefusedRosterGenerationReused). On error nothing changes,
