@@ -9,7 +9,8 @@ import (
 )
 
 func init() {
-	register(command{name: "resolver", use: "--roster FILE --listen ADDR [flags]", summary: "serve a roster file's names over DNS, alone", raw: runResolver})
+	register(command{name: "resolver", use: "--roster FILE --listen ADDR [flags]", summary: "serve a roster file's names over DNS, alone", raw: runResolver,
+		rawFlags: func() *flag.FlagSet { return resolvercmd.Flags("meshhost resolver") }})
 }
 
 // runResolver is `meshhost resolver`; the same command is built alone as
