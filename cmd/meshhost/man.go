@@ -134,11 +134,11 @@ func manSections(name string) string {
 	b.WriteString(".SH SIGNALS\n")
 	switch name {
 	case "meshhost-agent":
-		b.WriteString(".TP\n.B SIGHUP\nreloads the declaration source and the log level (systemctl reload meshhost\\-agent).\n")
-		b.WriteString(".TP\n.BR SIGTERM \", \" SIGINT\nstop the agent after the current step; the containers keep running, and so does the resolver service.\n")
+		b.WriteString(".TP\n.B SIGHUP\nreloads the declaration source and the log level (systemctl reload meshhost\\-agent); the configuration's other keys take effect at the next start.\n")
+		b.WriteString(".TP\n.BR SIGTERM \", \" SIGINT\nstop the agent; the containers keep running, and so does the resolver service.\n")
 		b.WriteString(".TP\n.B SIGUSR1\nempties the embedded resolver's cache (--resolver embedded).\n")
 	case "meshhost-resolver":
-		b.WriteString(".TP\n.B SIGHUP\nreloads the roster file (--roster) and the log level.\n")
+		b.WriteString(".TP\n.B SIGHUP\nreloads the roster file (\\-\\-roster); without one it changes nothing.\n")
 		b.WriteString(".TP\n.B SIGUSR1\nempties the cache.\n")
 		b.WriteString(".TP\n.BR SIGTERM \", \" SIGINT\nstop the resolver; under systemd its sockets stay in the service's file descriptor store, and queries wait in them for the next start.\n")
 	default:
