@@ -128,6 +128,9 @@ func manSections(name string) string {
 		{"NOTIFY_SOCKET", "set by systemd for a Type=notify service: the agent and the resolver report READY=1 and WATCHDOG=1 there"},
 		{"JOURNAL_STREAM", "set by systemd: each log line then carries its priority for the journal"},
 	}
+	if name == "meshhost-resolver" {
+		env = env[1:] // it never talks to podman
+	}
 	for _, e := range env {
 		fmt.Fprintf(&b, ".TP\n.B %s\n%s\n", roffEscape(e[0]), roffEscape(e[1]))
 	}
@@ -146,24 +149,29 @@ func manSections(name string) string {
 	}
 	b.WriteString(".SH EXIT STATUS\n")
 	for _, c := range exitCodes {
-		fmt.Fprintf(&b, ".TP\n.B %d\n%s\n", c.code, roffEscape(c.meaning))
+		if len(c.only) == 0 || name == "meshhost" || slices.Contains(c.only, name) {
+			fmt.Fprintf(&b, ".TP\n.B %d\n%s\n", c.code, roffEscape(c.meaning))
+		}
 	}
 	if name == "meshhost-resolver" {
-		b.WriteString("The meshhost\\-resolver binary exits 2, not 64, for a usage error.\n")
+		b.WriteString(".PP\nThe meshhost\\-resolver binary exits 2, not 64, for a usage error.\n")
 	}
 	return b.String()
 }
 
-// exitCodes is the table of exit codes, the same for every command.
+// exitCodes is the table of exit codes, the same for every command; only,
+// when set, names the pages of the commands that exit with the code (the
+// root page lists them all).
 var exitCodes = []struct {
 	code    int
 	meaning string
+	only    []string
 }{
-	{exitOK, "success"},
-	{exitError, "an error: a dependency missing (podman's socket), a file that cannot be read, a configuration that is not valid"},
-	{exitChanges, "meshhost plan: the plan has changes"},
-	{exitProbe, "meshhost probe, meshhost dns-check: a probe or a lookup failed"},
-	{exitUsage, "usage: a flag, an argument or a value the command does not take (sysexits' EX_USAGE)"},
+	{exitOK, "success", nil},
+	{exitError, "an error: a dependency missing (podman's socket), a file that cannot be read, a configuration that is not valid", nil},
+	{exitChanges, "meshhost plan: the plan has changes", []string{"meshhost-plan"}},
+	{exitProbe, "meshhost probe, meshhost dns-check: a probe or a lookup failed", []string{"meshhost-probe", "meshhost-dns-check"}},
+	{exitUsage, "usage: a flag, an argument or a value the command does not take (sysexits' EX_USAGE)", nil},
 }
 
 // roffEscape makes s safe as roff text: backslashes and dashes escaped, no
