@@ -29,12 +29,14 @@ build:
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w $(LDFLAGS)' -o bin/meshprobe ./cmd/meshprobe
 
 # deb: dist/meshhost_VERSION_amd64.deb, its binaries static, stripped and
-# stamped (scripts/deb; `make deb VERSION=v1.2.4` names the build).
+# stamped, and dist/SHA256SUMS (scripts/deb; `make deb VERSION=v1.2.4`
+# names the build). Reproducible: the same commit gives the same bytes.
 deb:
 	VERSION=$(VERSION) COMMIT=$(COMMIT) scripts/deb
 
-# release-tests: the alert rules' unit tests (promtool) and the package
-# installed, upgraded and purged on this machine (scripts/release-tests).
+# release-tests: the alert rules' unit tests (promtool); the package
+# installed, upgraded and purged on this machine, built twice to the same
+# bytes, and clean to lintian --pedantic (scripts/release-tests).
 release-tests:
 	@scripts/release-tests
 
@@ -44,7 +46,9 @@ demo:
 	CGO_ENABLED=0 go run ./cmd/meshhost demo
 
 # man: a man page per command, written from the commands themselves
-# (man/meshhost.1, man/meshhost-plan.1, ...): what --help says.
+# (man/meshhost.1, man/meshhost-plan.1, ..., the daemons' man/meshhost-agent.8
+# and man/meshhost-resolver.8): what --help says. meshprobe(1) and
+# agent.toml(5) are written by hand, in packaging/man.
 man:
 	CGO_ENABLED=0 go run ./cmd/meshhost man --dir man
 

@@ -158,7 +158,7 @@ func TestJSONErrorListsEveryFault(t *testing.T) {
 }
 
 // TestManAndCompletion: make man writes a page per command, from the
-// commands (their flags included); completion scripts come for bash, zsh
+// commands (their flags included), the daemons' in section 8; completion scripts come for bash, zsh
 // and fish.
 func TestManAndCompletion(t *testing.T) {
 	dir := t.TempDir()
@@ -169,7 +169,11 @@ func TestManAndCompletion(t *testing.T) {
 		if commands[name].hidden {
 			continue
 		}
-		page, err := os.ReadFile(filepath.Join(dir, "meshhost-"+name+".1"))
+		file := "meshhost-" + name + ".1"
+		if daemonPages["meshhost-"+name] {
+			file = "meshhost-" + name + ".8"
+		}
+		page, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
 			t.Errorf("no man page for %s: %v", name, err)
 			continue

@@ -56,6 +56,9 @@ type command struct {
 	// raw, instead of define, gets the arguments unparsed (meshhost
 	// resolver shares its flags with the meshhost-resolver binary).
 	raw func(env *environment) runner
+	// rawFlags, with raw, are the flags raw parses itself: listed in the
+	// command's man page (cobra parses none of them).
+	rawFlags func() *flag.FlagSet
 }
 
 // runner runs a command with its positional arguments.
@@ -242,6 +245,10 @@ func cobraCommand(env *environment, c command, out *outcome) *cobra.Command {
 	}
 	if c.raw != nil {
 		cc.DisableFlagParsing = true
+		if c.rawFlags != nil {
+			cc.Flags().AddGoFlagSet(c.rawFlags())
+			cc.Flags().SortFlags = false
+		}
 		cc.Args = nil
 		cc.RunE = func(cmd *cobra.Command, args []string) error {
 			return finish(c.raw(env)(cmd.Context(), args))

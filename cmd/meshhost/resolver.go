@@ -9,7 +9,11 @@ import (
 )
 
 func init() {
-	register(command{name: "resolver", use: "--roster FILE --listen ADDR [flags]", summary: "serve a roster file's names over DNS, alone", raw: runResolver})
+	register(command{name: "resolver", use: "--roster FILE --listen ADDR [flags]", summary: "serve a roster file's names over DNS, alone",
+		long: "The same command is installed alone as meshhost-resolver (without the podman client),\n" +
+			"which meshhost-resolver.service runs: the resolver of every container in resolve mode.",
+		raw:      runResolver,
+		rawFlags: func() *flag.FlagSet { return resolvercmd.Flags("meshhost resolver") }})
 }
 
 // runResolver is `meshhost resolver`; the same command is built alone as

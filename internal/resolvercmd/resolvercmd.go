@@ -91,7 +91,16 @@ func (c CacheFlags) Apply(cfg *resolver.Config) {
 	cfg.CacheMaxNegativeTTL = time.Duration(off(int64(c.MaxNeg)))
 }
 
-func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, error) {
+// Flags is the command's flag set, as Run parses it: for its man page and
+// completion, which list what Run takes.
+func Flags(prog string) *flag.FlagSet {
+	fs, _ := newFlagSet(prog, io.Discard)
+	return fs
+}
+
+// newFlagSet defines the command's flags on a new flag set, into the
+// returned resolverFlags.
+func newFlagSet(prog string, stderr io.Writer) (*flag.FlagSet, *resolverFlags) {
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f := &resolverFlags{}
@@ -134,6 +143,11 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
+	return fs, f
+}
+
+func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, error) {
+	fs, f := newFlagSet(prog, stderr)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

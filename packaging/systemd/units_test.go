@@ -314,3 +314,19 @@ func TestSecurityExposure(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderedAfterIsWanted: a unit ordered after network-online.target
+// also wants it. That target is active (systemd.special(7)): nothing pulls
+// it in unless a unit that needs it does, so After= alone orders the unit
+// after a target that is not part of the boot, which is no ordering at all.
+func TestOrderedAfterIsWanted(t *testing.T) {
+	for _, u := range units {
+		d := directives(t, u)
+		pulled := strings.Fields(strings.Join(append(d["Wants"], d["Requires"]...), " "))
+		for _, after := range strings.Fields(strings.Join(d["After"], " ")) {
+			if after == "network-online.target" && !slices.Contains(pulled, after) {
+				t.Errorf("%s: After=%s without Wants=%s", u, after, after)
+			}
+		}
+	}
+}
