@@ -17,6 +17,14 @@
 //	roster_generation       a roster's generation
 //	container               a container's name
 //	network                 a runtime network's name
+//	duration_seconds        how long something took, in seconds
+//	retry_in_seconds        how long until something is tried again, in seconds
+//
+// Every duration is written in seconds (a number, fractions allowed) under
+// a key ending in _seconds, whatever the call passed: a time.Duration
+// logged as "took" is written as took_seconds=0.25, never as slog's
+// nanoseconds (JSON) or Go's "250ms" (text), so that one query reads every
+// component's durations.
 package logging
 
 import (
@@ -56,7 +64,7 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 	if f, ok := w.(*os.File); ok && Journald(f, os.Getenv) {
 		o.Journal = true
 	}
-	ho := &slog.HandlerOptions{Level: o.Level}
+	ho := &slog.HandlerOptions{Level: o.Level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return Seconds(a) }}
 	var pw *priorityWriter
 	if o.Journal {
 		pw = &priorityWriter{w: w}
@@ -65,7 +73,7 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 			if len(groups) == 0 && a.Key == slog.TimeKey {
 				return slog.Attr{} // the journal stamps every line
 			}
-			return a
+			return Seconds(a)
 		}
 	}
 	var h slog.Handler
@@ -78,6 +86,20 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 		return nil, fmt.Errorf("log format %q: want text or json", o.Format)
 	}
 	return slog.New(&handler{inner: h, pw: pw}), nil
+}
+
+// Seconds returns a with a duration value written as seconds, under a key
+// ending in _seconds (the package doc); any other attribute unchanged.
+func Seconds(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	if v.Kind() != slog.KindDuration {
+		return a
+	}
+	key := a.Key
+	if !strings.HasSuffix(key, "_seconds") {
+		key += "_seconds"
+	}
+	return slog.Float64(key, v.Duration().Seconds())
 }
 
 // Journald reports whether f is connected to systemd's journal: systemd
