@@ -167,6 +167,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 		if err != nil {
 			return exitUsage, fmt.Errorf("--log-format: %w", err)
 		}
+		routeLibraryLogs(logger)
 		if len(ignoredCache) > 0 {
 			logger.Warn("the embedded resolver's cache flags are ignored with --resolver unix: (the resolver service keeps its own cache): give them to meshhost-resolver",
 				"flags", strings.Join(ignoredCache, ","))

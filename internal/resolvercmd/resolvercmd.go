@@ -173,7 +173,7 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 // first (systemd's store, a running predecessor), then the saved roster,
 // then every address served (inherited sockets, or bound afresh: the static
 // --listen ones and the saved exposure's), and only then READY=1.
-func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int, error) {
+func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (code int, err error) {
 	// Signals first, before anything that takes time (a predecessor's
 	// handover, a large saved roster): Go's default for SIGHUP is to exit,
 	// and a reload (`systemctl reload`, a log rotation) may come at any
@@ -209,6 +209,19 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	log, err := f.log.Logger(stderr)
 	if err != nil {
 		return 2, err // a flag's value
+	}
+	// What libraries write through Go's log package (net/http's servers)
+	// is the logger's too: JSON in JSON mode, with its priority under the
+	// journal.
+	slog.SetDefault(log)
+	if f.log.Format == logging.JSON {
+		// Every line JSON: the error the command ends with too.
+		defer func() {
+			if err != nil {
+				log.Error(prog+" stopped", "err", err)
+				err = &logging.LoggedError{Err: err}
+			}
+		}()
 	}
 	reg := procmetrics.NewRegistry()
 	if f.stateDir != "" {
@@ -376,7 +389,11 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	sdnotify.Notify(sdnotify.Ready + "\nSTATUS=" + status(silent))
 	stopFlush := FlushOnSignal(ctx, srv)
 	defer stopFlush()
-	fmt.Fprintf(stderr, "%s: serving on %v\n", prog, srv.Listeners())
+	if f.log.Format == logging.JSON {
+		log.Info(prog+": serving on", "listen", fmt.Sprint(srv.Listeners()))
+	} else {
+		fmt.Fprintf(stderr, "%s: serving on %v\n", prog, srv.Listeners())
+	}
 
 	lctx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()

@@ -29,6 +29,7 @@ package logging
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -133,6 +134,20 @@ func ErrorPrefix(w io.Writer, getenv func(string) string) string {
 		return "<3>"
 	}
 	return ""
+}
+
+// LoggedError is an error a command has logged already, through its
+// logger (in JSON mode, as a JSON line): whoever prints a command's error
+// prints nothing more for it.
+type LoggedError struct{ Err error }
+
+func (e *LoggedError) Error() string { return e.Err.Error() }
+func (e *LoggedError) Unwrap() error { return e.Err }
+
+// IsLogged reports whether err, or an error it wraps, is a LoggedError.
+func IsLogged(err error) bool {
+	var l *LoggedError
+	return errors.As(err, &l)
 }
 
 // Priority returns the syslog priority of level l: 3 (err) from Error up,
