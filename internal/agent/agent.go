@@ -757,7 +757,9 @@ func (a *Agent) rosterInForceLocked(ctx context.Context, head declsource.Head) (
 		}
 		a.recordRosterHoldLocked(&RosterHold{Served: served, Newest: a.pending.To})
 		if held == nil || held.Error() != c.Held.Error() { // loud once; the metric stays
-			a.log.ErrorContext(ctx, "roster held", "roster_generation", a.pending.To, "err", c.Held)
+			// The guard doing its job, waiting for meshhost roster
+			// accept: a warning, as a held declaration is.
+			a.log.WarnContext(ctx, "roster held", "roster_generation", a.pending.To, "err", c.Held)
 		}
 		return a.inForce, nil, nil
 	case !c.Update:
