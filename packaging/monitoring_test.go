@@ -481,3 +481,68 @@ func TestDashboardOneMachineSelector(t *testing.T) {
 		t.Errorf("%d metric selectors in the panels; want the dashboard's (20 or more)", queries)
 	}
 }
+
+// TestEveryAlertHasARunbook: every alert's annotations carry runbook_url,
+// pointing at the section of the operator guide named after the alert
+// (docs/operator.md#meshhostagentnotconverging); and, where the guide is
+// in the tree, that section exists (GitHub's anchor of a heading that is
+// the alert's name).
+func TestEveryAlertHasARunbook(t *testing.T) {
+	rules, err := os.ReadFile(filepath.Join("prometheus", "meshhost.rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const guide = "https://github.com/meshhost/meshhost/blob/main/docs/operator.md#"
+	alertRE := regexp.MustCompile(`(?m)^\s*- alert: (\w+)\s*$`)
+	runbookRE := regexp.MustCompile(`(?m)^\s+runbook_url: "([^"]*)"\s*$`)
+	starts := alertRE.FindAllSubmatchIndex(rules, -1)
+	if len(starts) < 10 {
+		t.Fatalf("%d alerts found in meshhost.rules.yml; the parser missed some", len(starts))
+	}
+	var anchors []string
+	for i, s := range starts {
+		end := len(rules)
+		if i+1 < len(starts) {
+			end = starts[i+1][0]
+		}
+		name := string(rules[s[2]:s[3]])
+		urls := runbookRE.FindAllSubmatch(rules[s[0]:end], -1)
+		want := guide + strings.ToLower(name)
+		if len(urls) != 1 || string(urls[0][1]) != want {
+			t.Errorf("%s: runbook_url %q, want one: %q", name, urls, want)
+			continue
+		}
+		anchors = append(anchors, strings.ToLower(name))
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "operator.md"))
+	if os.IsNotExist(err) {
+		t.Logf("docs/operator.md is not in the tree: its sections %v are not checked", anchors)
+		return
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	headings := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#+ +(.+?)\s*$`).FindAllSubmatch(doc, -1) {
+		headings[githubAnchor(string(m[1]))] = true
+	}
+	for _, a := range anchors {
+		if !headings[a] {
+			t.Errorf("docs/operator.md has no section #%s (a heading %q)", a, a)
+		}
+	}
+}
+
+// githubAnchor is the anchor GitHub gives a Markdown heading: lowercase,
+// punctuation but hyphens and underscores dropped, spaces made hyphens.
+func githubAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
