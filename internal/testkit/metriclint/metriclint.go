@@ -2,7 +2,8 @@
 // conventions (client_golang's promlint: snake_case names, _total on
 // counters and only there, base units such as seconds and bytes)
 // and meshhost's own: names under meshhost_ (besides the Go runtime's and
-// the process's), snake_case label names, and no label whose values are
+// the process's), snake_case label names, a build_info labelled as
+// Prometheus' own is (version, revision, goversion), and no label whose values are
 // unbounded (a container, a client, a name, an error): one series per such
 // value would grow without end.
 package metriclint
@@ -37,6 +38,10 @@ var Unbounded = map[string]string{
 	"generation": "export the generation as a gauge's value",
 	"id":         "name it in the log",
 }
+
+// buildInfoLabels are the labels of a _build_info metric, by Prometheus'
+// own convention (its version collector's).
+var buildInfoLabels = []string{"version", "revision", "branch", "goversion", "goos", "goarch", "tags"}
 
 var snake = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
 
@@ -99,6 +104,9 @@ func meshhost(mf *dto.MetricFamily) []error {
 			seen[ln] = true
 			if !snake.MatchString(ln) {
 				errs = append(errs, fmt.Errorf("label %q is not snake_case", ln))
+			}
+			if strings.HasSuffix(name, "_build_info") && !slices.Contains(buildInfoLabels, ln) {
+				errs = append(errs, fmt.Errorf("label %q of a build_info metric: want those of Prometheus' own, %v", ln, buildInfoLabels))
 			}
 			if why, ok := Unbounded[ln]; ok {
 				errs = append(errs, fmt.Errorf("label %q has unbounded values: %s", ln, why))

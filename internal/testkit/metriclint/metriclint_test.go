@@ -23,13 +23,19 @@ func TestCheck(t *testing.T) {
 		{"camelCase", prometheus.NewGauge(prometheus.GaugeOpts{Name: "meshhost_x_lastSuccess", Help: "h"}), "camelCase"},
 		{"not meshhost's", prometheus.NewGauge(prometheus.GaugeOpts{Name: "x_up", Help: "h"}), "meshhost_"},
 		{"label camelCase", prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshhost_x_up", Help: "h"}, []string{"goVersion"}), "snake_case"},
+		{"build_info's commit", prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshhost_build_info", Help: "h"}, []string{"version", "commit", "go_version"}), "build_info"},
+		{"build_info fine", prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshhost_build_info", Help: "h"}, []string{"version", "revision", "goversion"}), ""},
 		{"label unbounded", prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshhost_x_up", Help: "h"}, []string{"container"}), "unbounded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(tc.c)
 			if v, ok := tc.c.(*prometheus.GaugeVec); ok {
-				v.WithLabelValues("a")
+				if strings.HasSuffix(tc.name, "fine") || strings.HasPrefix(tc.name, "build_info") {
+					v.WithLabelValues("a", "b", "c")
+				} else {
+					v.WithLabelValues("a")
+				}
 			}
 			if v, ok := tc.c.(*prometheus.CounterVec); ok {
 				v.WithLabelValues("a")
