@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 )
 
 // Upstream loops. An upstream that is this resolver itself (a resolv.conf
@@ -107,6 +109,7 @@ func ownAddress(u netip.AddrPort, own []netip.AddrPort) bool {
 // resolver's own address; whether none is left to forward to too.
 // s.targetsMu must be held.
 func (s *Server) logOwnLocked(ups, own, targets []netip.AddrPort) {
+	syncs.AssertLocked(&s.targetsMu)
 	s.loops.mu.Lock()
 	defer s.loops.mu.Unlock()
 	for _, u := range ups {
