@@ -97,7 +97,7 @@ func TestMetricsAndLogs(t *testing.T) {
 		}
 	}
 	// The budget pacing is no fault: a deferral is logged at info.
-	for _, want := range []string{`container=a kind=replace reason="image: img:1 -> img:2"`, `level=INFO msg="replacement deferred`, "duration_seconds="} {
+	for _, want := range []string{`container=a kind=replace reason="image: img:1 -> img:2"`, `level=INFO msg="replacement deferred`, "duration_seconds=", "budget_limit=1 budget_window_seconds=3600"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("logs lack %q:\n%s", want, logs.String())
 		}

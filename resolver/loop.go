@@ -203,11 +203,11 @@ func (s *Server) checkLoops(ctx context.Context) {
 		}
 	}
 	s.loops.mu.Unlock()
+	if len(cleared) > 0 {
+		s.refreshTargets() // in force before it is said
+	}
 	for _, u := range cleared {
 		s.log.Info("upstream loop: the upstream no longer forwards back to this resolver; forwarding to it again", "upstream", u.String())
-	}
-	if len(cleared) > 0 {
-		s.refreshTargets()
 	}
 }
 
@@ -230,15 +230,10 @@ func (s *Server) cameBack(qname []byte, client netip.Addr) bool {
 	s.loops.looping[u] = true
 	s.loops.mu.Unlock()
 	if first {
-		left := 0
-		for _, t := range s.upstreams() {
-			if t != u {
-				left++
-			}
-		}
+		s.refreshTargets() // in force before it is said
+		left := len(s.upstreams())
 		s.log.Error("upstream loop: a question forwarded to the upstream came back to this resolver; not forwarding to it (does it forward to this resolver, or is it this machine's own address?)",
 			"upstream", u.String(), "listen", fmt.Sprint(s.Listeners()), "came_back_from", client.String(), "upstreams_left", left)
-		s.refreshTargets()
 	}
 	return true
 }

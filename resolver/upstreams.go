@@ -78,7 +78,7 @@ func (f *forwarder) failed(addr netip.AddrPort, err error) {
 	first := u.fails == 1
 	u.mu.Unlock()
 	if first {
-		f.s.log.Warn("upstream failed; asking the others first", "upstream", addr, "retry_in_seconds", d, "err", err)
+		f.s.log.Warn("upstream failed; asking the others first", "upstream", addr, "retry_in_seconds", d.Seconds(), "err", err)
 	}
 }
 

@@ -443,7 +443,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 					err = fmt.Errorf("connecting to podman's API at %s: %w", uri, err)
 					waiting.Store(&err)
 					wait := agent.RetryWait(time.Second, 30*time.Second, attempt)
-					logger.Error("podman's API does not answer; retrying (containers keep running, the resolver keeps answering)", "retry_in_seconds", wait, "err", err)
+					logger.Error("podman's API does not answer; retrying (containers keep running, the resolver keeps answering)", "retry_in_seconds", wait.Seconds(), "err", err)
 					select {
 					case <-gctx.Done():
 						return nil

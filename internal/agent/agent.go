@@ -390,7 +390,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if _, err := a.Pass(ctx); err != nil && ctx.Err() == nil {
 			failures++
 			wait = RetryWait(a.cfg.RetryMin, a.cfg.Interval, failures)
-			a.log.Error("pass failed; retrying", "pass", a.passes.Load(), "retry_in_seconds", wait, "failures_in_a_row", failures, "err", err)
+			a.log.Error("pass failed; retrying", "pass", a.passes.Load(), "retry_in_seconds", wait.Seconds(), "failures_in_a_row", failures, "err", err)
 		} else {
 			failures, wait = 0, a.cfg.Interval
 		}
@@ -970,7 +970,7 @@ func (a *Agent) gateLocked(ctx context.Context, zones []string, rep *Report) err
 		if !r.Pass {
 			level = slog.LevelWarn
 		}
-		a.log.Log(ctx, level, "probe", "network", r.Network, "passed", r.Pass, "strategy", r.Strategy, "reason", r.Reason, "duration_seconds", r.Latency)
+		a.log.Log(ctx, level, "probe", "network", r.Network, "passed", r.Pass, "strategy", r.Strategy, "reason", r.Reason, "duration_seconds", r.Latency.Seconds())
 	}
 	if err := a.cfg.Gate.Record(results); err != nil {
 		return fmt.Errorf("recording probe results: %w", err)

@@ -504,7 +504,7 @@ func reloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 		return fmt.Errorf("roster %q: %w", path, err)
 	}
 	log.Info("roster applied", "path", path, "roster_generation", r.Generation, "names", len(r.Names),
-		"duration_seconds", time.Since(start), "applied_unix_nano", time.Now().UnixNano())
+		"duration_seconds", time.Since(start).Seconds(), "applied_unix_nano", time.Now().UnixNano())
 	return nil
 }
 
@@ -555,7 +555,7 @@ func serveMetrics(ctx context.Context, log *slog.Logger, addr string, serve func
 		l, err := net.Listen("tcp", addr)
 		if err == nil {
 			if warned {
-				log.Info("metrics: listening at last", "addr", l.Addr().String(), "tries", tries, "duration_seconds", time.Since(start))
+				log.Info("metrics: listening at last", "addr", l.Addr().String(), "tries", tries, "duration_seconds", time.Since(start).Seconds())
 			} else {
 				log.Info("metrics", "addr", l.Addr().String())
 			}

@@ -21,10 +21,12 @@
 //	retry_in_seconds        how long until something is tried again, in seconds
 //
 // Every duration is written in seconds (a number, fractions allowed) under
-// a key ending in _seconds, whatever the call passed: a time.Duration
-// logged as "took" is written as took_seconds=0.25, never as slog's
-// nanoseconds (JSON) or Go's "250ms" (text), so that one query reads every
-// component's durations.
+// a key ending in _seconds: calls pass d.Seconds() under such a key (so a
+// library's line reads the same under any handler), and the handlers New
+// makes write any time.Duration that still comes as seconds too, its key
+// given the suffix (took=250ms is written took_seconds=0.25), never as
+// slog's nanoseconds (JSON) or Go's "250ms" (text), so that one query reads
+// every component's durations.
 package logging
 
 import (
