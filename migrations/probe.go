@@ -282,7 +282,7 @@ func (r *Runner) probeNetwork(ctx context.Context, n Network, prefer Strategy, v
 		res.Strategy, res.Latency, res.Duration = s, a.Latency, a.Duration
 		if a.Pass {
 			res.Pass, res.Reason, res.DNS = true, a.Reason, dns
-			r.log.InfoContext(ctx, "probe passed", "network", n.Name, "kind", kind, "strategy", s, "latency", a.Latency)
+			r.log.InfoContext(ctx, "probe passed", "network", n.Name, "kind", kind, "strategy", s, "duration_seconds", a.Latency.Seconds())
 			return res
 		}
 		reasons = append(reasons, string(s)+": "+a.Reason)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/testkit/dnstest"
+	"github.com/meshhost/meshhost/internal/testkit/metriclint"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 )
 
@@ -85,7 +86,7 @@ log-format = "json"
 	resolverHTTP := freeTCP(t)
 	var resolverLog syncbuf.Buffer
 	start(t, &resolverLog, resolverBin, "--roster", roster, "--listen", dnstest.FreePort(t).String(), "--upstream", "127.0.0.1:9",
-		"--metrics", resolverHTTP)
+		"--metrics", resolverHTTP, "--log-format", "json")
 
 	agentMetrics := scrapeUntil(t, agentHTTP, &agentLog, func(e exported) bool {
 		return e.has("meshhost_agent_last_success_timestamp_seconds", nil, func(v float64) bool { return v > 0 })
@@ -97,6 +98,22 @@ log-format = "json"
 	for _, e := range []exported{agentMetrics, resolverMetrics} {
 		for name, series := range e {
 			all[name] = append(all[name], series...)
+		}
+	}
+	// Every metric both export keeps Prometheus' conventions and
+	// meshhost's (metriclint): names, units, _total, bounded labels.
+	for _, p := range []struct{ name, addr string }{{"agent", agentHTTP}, {"meshhost-resolver", resolverHTTP}} {
+		resp, err := http.Get("http://" + p.addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		problems, err := metriclint.Text(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("%s's /metrics: %v", p.name, err)
+		}
+		for _, pr := range problems {
+			t.Errorf("%s exports %s", p.name, pr)
 		}
 	}
 	for _, e := range []struct {
@@ -180,11 +197,34 @@ log-format = "json"
 		t.Errorf("only %d metric references checked; the parser missed some", checked)
 	}
 
-	// --log-format json: every line the agent wrote is a JSON object.
-	for _, l := range strings.Split(strings.TrimSpace(agentLog.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil || m["msg"] == nil {
-			t.Errorf("agent --log-format json wrote a line that is not a JSON record: %q", l)
+	// --log-format json: every line both wrote is a JSON object; and so is
+	// every line of each when it stops with an error (a state directory
+	// that is a file; a roster that is not there): the error's line was
+	// plain text.
+	notDir := filepath.Join(dir, "not-a-directory")
+	os.WriteFile(notDir, nil, 0o644)
+	failed := func(bin string, args ...string) string {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err == nil {
+			t.Errorf("%s %q succeeded, want an error", filepath.Base(bin), args)
+		}
+		return string(out)
+	}
+	for _, l := range []struct{ name, lines string }{
+		{"agent", agentLog.String()},
+		{"meshhost-resolver", resolverLog.String()},
+		{"agent stopping with an error", failed(meshhost, "agent", "--runtime", "memory", "--machine", "m1", "--state", notDir,
+			"--push", "off", "--http", freeTCP(t), "--listen", dnstest.FreePort(t).String(), "--log-format", "json")},
+		{"meshhost-resolver stopping with an error", failed(resolverBin, "--roster", filepath.Join(dir, "no-roster.json"),
+			"--listen", dnstest.FreePort(t).String(), "--upstream", "127.0.0.1:9", "--log-format", "json")},
+		{"meshhost resolver stopping with an error", failed(meshhost, "resolver", "--roster", filepath.Join(dir, "no-roster.json"),
+			"--listen", dnstest.FreePort(t).String(), "--upstream", "127.0.0.1:9", "--log-format", "json")},
+	} {
+		for _, line := range strings.Split(strings.TrimSpace(l.lines), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil || m["msg"] == nil {
+				t.Errorf("%s, --log-format json: a line that is not a JSON record: %q", l.name, line)
+			}
 		}
 	}
 }
@@ -359,4 +399,150 @@ func TestReadmeListsEveryAlert(t *testing.T) {
 	if !slices.Equal(inRules, inReadme) {
 		t.Errorf("alerts in meshhost.rules.yml:\n  %v\nrows of README.md's alert table:\n  %v\nwant the same", inRules, inReadme)
 	}
+}
+
+// TestDashboardOneMachineSelector: the dashboard has one machine selector,
+// and every panel's query selects by it. A machine is scraped on two
+// targets (the agent's :9469, the resolver's :9470): the selector lists
+// it once, and choosing it shows both targets' panels (a selector of
+// instances listed each machine twice, and half the panels for either).
+func TestDashboardOneMachineSelector(t *testing.T) {
+	raw, err := os.ReadFile("grafana/meshhost.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Templating struct {
+			List []struct {
+				Name, Type, Regex string
+			}
+		}
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	var selectors []string
+	var regex string
+	for _, v := range d.Templating.List {
+		if v.Type == "query" {
+			selectors = append(selectors, v.Name)
+			regex = v.Regex
+		}
+	}
+	if !slices.Equal(selectors, []string{"machine"}) {
+		t.Fatalf("query variables %q, want one: machine", selectors)
+	}
+	// Grafana keeps the regex's first group as the variable's value.
+	re, err := regexp.Compile(strings.TrimSuffix(strings.TrimPrefix(regex, "/"), "/"))
+	if err != nil {
+		t.Fatalf("machine's regex %q: %v", regex, err)
+	}
+	values := map[string]bool{}
+	for _, instance := range []string{"m1:9469", "m1:9470", "m10:9469", "m10.example.org:9470"} {
+		m := re.FindStringSubmatch(instance)
+		if m == nil {
+			t.Fatalf("machine's regex %q does not match instance %q", regex, instance)
+		}
+		values[m[1]] = true
+	}
+	if want := map[string]bool{"m1": true, "m10": true, "m10.example.org": true}; fmt.Sprint(values) != fmt.Sprint(want) {
+		t.Errorf("machine's values from the instances = %v, want %v", values, want)
+	}
+	const sel = "$machine"
+	queries := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			for _, ref := range references(tg.Expr) {
+				queries++
+				var instance *matcher
+				for i, m := range ref.matchers {
+					if m.label == "instance" {
+						instance = &ref.matchers[i]
+					}
+				}
+				if instance == nil || !strings.Contains(instance.value, sel) {
+					t.Errorf("panel %q: %s does not select by the machine (instance=~\"%s...\")", p.Title, ref.text, sel)
+					continue
+				}
+				// Grafana writes a choice of m1 as (m1): the query must
+				// take both of m1's targets, and not m10's.
+				q := regexp.MustCompile("^(?:" + strings.ReplaceAll(instance.value, sel, "(m1)") + ")$")
+				if !q.MatchString("m1:9469") || !q.MatchString("m1:9470") || q.MatchString("m10:9469") {
+					t.Errorf("panel %q: instance=~%q chosen m1: want m1:9469 and m1:9470, not m10:9469", p.Title, instance.value)
+				}
+			}
+		}
+	}
+	if queries < 20 {
+		t.Errorf("%d metric selectors in the panels; want the dashboard's (20 or more)", queries)
+	}
+}
+
+// TestEveryAlertHasARunbook: every alert's annotations carry runbook_url,
+// pointing at the section of the operator guide named after the alert
+// (docs/operator.md#meshhostagentnotconverging); and, where the guide is
+// in the tree, that section exists (GitHub's anchor of a heading that is
+// the alert's name).
+func TestEveryAlertHasARunbook(t *testing.T) {
+	rules, err := os.ReadFile(filepath.Join("prometheus", "meshhost.rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const guide = "https://github.com/meshhost/meshhost/blob/main/docs/operator.md#"
+	alertRE := regexp.MustCompile(`(?m)^\s*- alert: (\w+)\s*$`)
+	runbookRE := regexp.MustCompile(`(?m)^\s+runbook_url: "([^"]*)"\s*$`)
+	starts := alertRE.FindAllSubmatchIndex(rules, -1)
+	if len(starts) < 10 {
+		t.Fatalf("%d alerts found in meshhost.rules.yml; the parser missed some", len(starts))
+	}
+	var anchors []string
+	for i, s := range starts {
+		end := len(rules)
+		if i+1 < len(starts) {
+			end = starts[i+1][0]
+		}
+		name := string(rules[s[2]:s[3]])
+		urls := runbookRE.FindAllSubmatch(rules[s[0]:end], -1)
+		want := guide + strings.ToLower(name)
+		if len(urls) != 1 || string(urls[0][1]) != want {
+			t.Errorf("%s: runbook_url %q, want one: %q", name, urls, want)
+			continue
+		}
+		anchors = append(anchors, strings.ToLower(name))
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "operator.md"))
+	if os.IsNotExist(err) {
+		t.Logf("docs/operator.md is not in the tree: its sections %v are not checked", anchors)
+		return
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	headings := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#+ +(.+?)\s*$`).FindAllSubmatch(doc, -1) {
+		headings[githubAnchor(string(m[1]))] = true
+	}
+	for _, a := range anchors {
+		if !headings[a] {
+			t.Errorf("docs/operator.md has no section #%s (a heading %q)", a, a)
+		}
+	}
+}
+
+// githubAnchor is the anchor GitHub gives a Markdown heading: lowercase,
+// punctuation but hyphens and underscores dropped, spaces made hyphens.
+func githubAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

@@ -193,7 +193,7 @@ func (r *Reconciler) waitFor(ctx context.Context, o *Outcome, done map[string]ch
 // agent's pass, say).
 func (r *Reconciler) finish(ctx context.Context, o *Outcome, err error) {
 	o.Err = err
-	attrs := []any{"container", o.Name, "kind", string(o.Kind), "reason", o.Reason, "duration", o.Duration}
+	attrs := []any{"container", o.Name, "kind", string(o.Kind), "reason", o.Reason, "duration_seconds", o.Duration.Seconds()}
 	if o.NewID != "" {
 		attrs = append(attrs, "id", o.NewID)
 	}
@@ -206,7 +206,9 @@ func (r *Reconciler) finish(ctx context.Context, o *Outcome, err error) {
 	case o.unsaved:
 		r.log.ErrorContext(ctx, deferredWhat[o.Kind]+" deferred: its charge to the budget could not be saved; it goes ahead once a save succeeds", attrs...)
 	case o.Deferred:
-		r.log.WarnContext(ctx, deferredWhat[o.Kind]+" deferred: budget spent", append(attrs, "budget", fmt.Sprintf("%d per %v", r.cfg.Budget.Max, r.cfg.Budget.Window))...)
+		// The budget pacing a large change, as it is there to: not a
+		// fault (MeshhostReplacementBudgetExhausted says when it lasts).
+		r.log.InfoContext(ctx, deferredWhat[o.Kind]+" deferred: budget spent", append(attrs, "budget_limit", r.cfg.Budget.Max, "budget_window_seconds", r.cfg.Budget.Window.Seconds())...)
 	default:
 		r.metrics.actions.WithLabelValues(string(o.Kind)).Inc()
 		if o.Kind == Replace || o.Kind == Resume {

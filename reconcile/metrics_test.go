@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshhost/meshhost/internal/testkit/metriclint"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/spec"
@@ -74,6 +75,14 @@ func TestMetricsAndLogs(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
+	// Names, units, _total and labels keep Prometheus' conventions.
+	problems, err := metriclint.Gathered(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
 	// Every kind is there from the start, at 0 when nothing happened.
 	for _, k := range []string{"keep", "create", "start", "update", "replace", "remove", "adopt", "resume", "rollback", "conflict"} {
 		for _, m := range []string{"meshhost_reconcile_actions_total", "meshhost_reconcile_errors_total"} {
@@ -87,7 +96,8 @@ func TestMetricsAndLogs(t *testing.T) {
 			t.Errorf("%s is not pre-initialised", name)
 		}
 	}
-	for _, want := range []string{`container=a kind=replace reason="image: img:1 -> img:2"`, "replacement deferred", "duration="} {
+	// The budget pacing is no fault: a deferral is logged at info.
+	for _, want := range []string{`container=a kind=replace reason="image: img:1 -> img:2"`, `level=INFO msg="replacement deferred`, "duration_seconds=", "budget_limit=1 budget_window_seconds=3600"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("logs lack %q:\n%s", want, logs.String())
 		}

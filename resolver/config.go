@@ -27,6 +27,11 @@ type Config struct {
 	ResolvConf string
 	// UpstreamTimeout bounds one attempt at one upstream. Default 2s.
 	UpstreamTimeout time.Duration
+	// NoLoopQuestions turns off the loop check's questions to the
+	// upstreams (loop.go), for an upstream that must see only its
+	// clients' questions (a test's counting stub): an upstream that is a
+	// listener's own address is still left out, and logged.
+	NoLoopQuestions bool
 
 	// CacheSize is how many upstream answers are kept, for names outside
 	// the mesh only: 0 means DefaultCacheSize, a negative size disables the

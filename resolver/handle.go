@@ -67,6 +67,10 @@ func (s *Server) forwardFast(t *table, req []byte, client netip.Addr, udp bool, 
 		return nil, false
 	}
 	q := &sc.q
+	if s.cameBack(q.qname, client) { // a loop check of ours (loop.go)
+		s.metrics.count(q.qtype, rcodeRefused)
+		return errorReplyInto(req, buf, rcodeRefused), true
+	}
 	switch q.qtype {
 	case typeANY, typeAXFR, typeIXFR, typePTR:
 		return nil, false

@@ -121,6 +121,7 @@ func (s *Server) publishOwn() {
 	s.own.Store(&own)
 	s.socks.Store(&socks)
 	s.refreshTargets()
+	s.kickLoopCheck() // a question can come back to a new listener
 }
 
 // Busy reports whether a query waits in the receive queue of one of the

@@ -109,7 +109,7 @@ func (s *Server) refused(client netip.Addr) {
 		return
 	}
 	s.log.Warn("refused queries from a client outside the allowed networks (loopback, --allow, and the networks the probe proved); is its network exposed? (meshhost migrate status, meshhost dns-check)",
-		"client", client, "network", c.name, "refused", c.unlogged.Swap(0), "next_line_in", refusedLogEvery)
+		"client", client, "network", c.name, "refused", c.unlogged.Swap(0), "next_line_in_seconds", refusedLogEvery.Seconds())
 }
 
 // refusedCollector exports the refusal counters.

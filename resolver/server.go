@@ -28,7 +28,8 @@ type Server struct {
 	upstream       atomic.Pointer[[]netip.AddrPort] // configured upstreams
 	own            atomic.Pointer[[]netip.AddrPort] // listener addresses, for loop prevention
 	socks          atomic.Pointer[[]*listener]      // the listeners, for Busy
-	targets        atomic.Pointer[[]netip.AddrPort] // upstream less own: what is asked
+	targets        atomic.Pointer[[]netip.AddrPort] // upstream less own and looping: what is asked
+	loops          *loops                           // the upstream loop check (loop.go)
 	// targetsMu serializes refreshTargets.
 	targetsMu sync.Mutex
 
@@ -115,6 +116,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Go(func() { s.fwd.janitor(s.ctx) })
+	s.loops = newLoops()
+	s.wg.Go(func() { s.loopCheck(s.ctx) })
 
 	if cfg.StatePath != "" {
 		r, saved, err := loadState(cfg.StatePath)

@@ -190,7 +190,7 @@ func (s *Server) swapLocked(t *table, d *spec.RosterDelta, start time.Time, kind
 	s.metrics.swap.Observe(took.Seconds())
 	s.metrics.swaps.WithLabelValues(kind).Inc()
 	s.metrics.generation.Set(float64(t.gen))
-	s.log.Info("roster swapped in", "roster_generation", t.gen, "names", t.count, "how", kind, "took", took)
+	s.log.Info("roster swapped in", "roster_generation", t.gen, "names", t.count, "how", kind, "duration_seconds", took.Seconds())
 }
 
 // deltaNames is the lowercase wire form of every name the normalized d

@@ -13,29 +13,35 @@ import (
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 )
 
-// setUpstreams publishes the forward targets.
+// setUpstreams publishes the forward targets, and has them checked for
+// loops.
 func (s *Server) setUpstreams(ups []netip.AddrPort) {
 	c := slices.Clone(ups)
 	s.upstream.Store(&c)
+	s.loops.forgetBut(c)
 	s.refreshTargets()
+	s.kickLoopCheck()
 }
 
-// refreshTargets recomputes the forward targets: the upstreams less this
-// server's own listeners, so that a resolv.conf pointing at us cannot make
-// a loop. It runs when either changes.
+// refreshTargets recomputes the forward targets: the upstreams less those
+// that are this server (its own listeners, or found to loop back to it: see
+// loop.go), so that a resolv.conf pointing at us cannot make a loop. It
+// runs when any of them changes.
 func (s *Server) refreshTargets() {
 	s.targetsMu.Lock()
 	defer s.targetsMu.Unlock()
-	var out []netip.AddrPort
+	var out, ups []netip.AddrPort
+	own := *s.own.Load()
 	if p := s.upstream.Load(); p != nil {
-		own := *s.own.Load()
-		for _, u := range *p {
-			if !slices.Contains(own, u) {
+		ups = *p
+		for _, u := range ups {
+			if !ownAddress(u, own) && !s.loops.isLooping(u) {
 				out = append(out, u)
 			}
 		}
 	}
 	s.targets.Store(&out)
+	s.logOwnLocked(ups, own, out)
 }
 
 // upstreams returns the forward targets; the caller must not change them.
@@ -72,7 +78,7 @@ func (f *forwarder) failed(addr netip.AddrPort, err error) {
 	first := u.fails == 1
 	u.mu.Unlock()
 	if first {
-		f.s.log.Warn("upstream failed; asking the others first", "upstream", addr, "for", d, "err", err)
+		f.s.log.Warn("upstream failed; asking the others first", "upstream", addr, "retry_in_seconds", d.Seconds(), "err", err)
 	}
 }
 

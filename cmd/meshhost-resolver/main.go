@@ -30,11 +30,11 @@ func main() {
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
-	if err != nil {
+	if err != nil && !logging.IsLogged(err) {
 		fmt.Fprintf(os.Stderr, "%smeshhost-resolver: %v\n", logging.ErrorPrefix(os.Stderr, os.Getenv), err)
-		if code == 0 {
-			code = 1
-		}
+	}
+	if err != nil && code == 0 {
+		code = 1
 	}
 	os.Exit(code)
 }

@@ -106,7 +106,9 @@ func TestFlushOnSIGUSR1(t *testing.T) {
 			if q.Unpack() != nil || len(q.Question) != 1 {
 				continue
 			}
-			asked.Add(1)
+			if q.Question[0].Header().Name == "outside.example.com." { // not the loop check's question
+				asked.Add(1)
+			}
 			r := new(dns.Msg)
 			r.ID, r.Response, r.RecursionDesired, r.Question = q.ID, true, q.RecursionDesired, q.Question
 			r.Answer = []dns.RR{&dns.A{Hdr: dns.Header{Name: q.Question[0].Header().Name, Class: dns.ClassINET, TTL: 300}, A: rdata.A{Addr: netip.MustParseAddr("192.0.2.10")}}}

@@ -167,6 +167,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 		if err != nil {
 			return exitUsage, fmt.Errorf("--log-format: %w", err)
 		}
+		routeLibraryLogs(logger)
 		if len(ignoredCache) > 0 {
 			logger.Warn("the embedded resolver's cache flags are ignored with --resolver unix: (the resolver service keeps its own cache): give them to meshhost-resolver",
 				"flags", strings.Join(ignoredCache, ","))
@@ -442,7 +443,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 					err = fmt.Errorf("connecting to podman's API at %s: %w", uri, err)
 					waiting.Store(&err)
 					wait := agent.RetryWait(time.Second, 30*time.Second, attempt)
-					logger.Error("podman's API does not answer; retrying (containers keep running, the resolver keeps answering)", "in", wait, "err", err)
+					logger.Error("podman's API does not answer; retrying (containers keep running, the resolver keeps answering)", "retry_in_seconds", wait.Seconds(), "err", err)
 					select {
 					case <-gctx.Done():
 						return nil

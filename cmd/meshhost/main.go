@@ -183,6 +183,16 @@ func printError(env *environment, cmd *cobra.Command, err error, usage, asJSON b
 		json.NewEncoder(env.stdout).Encode(out)
 		return
 	}
+	if logging.IsLogged(err) {
+		return // the command logged it (meshhost resolver --log-format json)
+	}
+	if f := cmd.Flags().Lookup("log-format"); f != nil && f.Value.String() == logging.JSON {
+		// Every line JSON in JSON mode: the error the command ends with too.
+		if l, lerr := logging.New(env.stderr, logging.Options{Format: logging.JSON}); lerr == nil {
+			l.Error(cmd.CommandPath()+" stopped", "err", err)
+			return
+		}
+	}
 	fmt.Fprintf(env.stderr, "%s%s: %v\n", logging.ErrorPrefix(env.stderr, env.getenv), cmd.CommandPath(), err)
 	if usage {
 		fmt.Fprintf(env.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())

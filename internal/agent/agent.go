@@ -279,7 +279,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +390,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if _, err := a.Pass(ctx); err != nil && ctx.Err() == nil {
 			failures++
 			wait = RetryWait(a.cfg.RetryMin, a.cfg.Interval, failures)
-			a.log.Error("pass failed; retrying", "pass", a.passes.Load(), "in", wait, "failures_in_a_row", failures, "err", err)
+			a.log.Error("pass failed; retrying", "pass", a.passes.Load(), "retry_in_seconds", wait.Seconds(), "failures_in_a_row", failures, "err", err)
 		} else {
 			failures, wait = 0, a.cfg.Interval
 		}
@@ -757,7 +757,9 @@ func (a *Agent) rosterInForceLocked(ctx context.Context, head declsource.Head) (
 		}
 		a.recordRosterHoldLocked(&RosterHold{Served: served, Newest: a.pending.To})
 		if held == nil || held.Error() != c.Held.Error() { // loud once; the metric stays
-			a.log.ErrorContext(ctx, "roster held", "roster_generation", a.pending.To, "err", c.Held)
+			// The guard doing its job, waiting for meshhost roster
+			// accept: a warning, as a held declaration is.
+			a.log.WarnContext(ctx, "roster held", "roster_generation", a.pending.To, "err", c.Held)
 		}
 		return a.inForce, nil, nil
 	case !c.Update:
@@ -968,7 +970,7 @@ func (a *Agent) gateLocked(ctx context.Context, zones []string, rep *Report) err
 		if !r.Pass {
 			level = slog.LevelWarn
 		}
-		a.log.Log(ctx, level, "probe", "network", r.Network, "passed", r.Pass, "strategy", r.Strategy, "reason", r.Reason, "latency", r.Latency)
+		a.log.Log(ctx, level, "probe", "network", r.Network, "passed", r.Pass, "strategy", r.Strategy, "reason", r.Reason, "duration_seconds", r.Latency.Seconds())
 	}
 	if err := a.cfg.Gate.Record(results); err != nil {
 		return fmt.Errorf("recording probe results: %w", err)

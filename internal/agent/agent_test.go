@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -155,11 +156,16 @@ func TestCopyModeUntilProbePasses(t *testing.T) {
 }
 
 func TestRosterShrinkIsHeld(t *testing.T) {
-	f := newFixture(t, true)
+	logs := &syncbuf.Buffer{}
+	f := newFixture(t, true, func(c *Config) { c.Logger = newTextLogger(logs) })
 	f.push(t, declaration(1, spec.FlagOn, 2, 100))
 	rep := f.push(t, declaration(2, spec.FlagOn, 2, 40)) // drops 60 of 100 names
 	if rep.RosterHeld == "" || !strings.Contains(rep.RosterHeld, "drops 60 of 100 names") {
 		t.Fatalf("RosterHeld = %q, want the drop reported", rep.RosterHeld)
+	}
+	// The guard waiting for meshhost roster accept is no error.
+	if l := logLine(logs.String(), "msg=\"roster held\""); !strings.Contains(l, "level=WARN") {
+		t.Errorf("the held roster's line: %q, want level=WARN\n%s", l, logs)
 	}
 	if got := f.srv.Roster().Generation; got != 1 {
 		t.Fatalf("resolver serves roster %d, want 1 (the held one must not be applied)", got)

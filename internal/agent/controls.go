@@ -183,10 +183,12 @@ func (a *Agent) controlsLocked(decl *spec.Declaration, h *pass.Hold, freeze *Fre
 	prev := a.hold
 	switch {
 	case h.Held() && (!prev.Held() || prev.Generation != h.Generation):
-		a.log.Error(h.String(), "declaration_generation", h.Generation, "replacements", len(h.Replacements), "removals", len(h.Removals),
+		// Waiting for an operator is the hold doing its job, not a fault:
+		// a warning (the metric and MeshhostBlastRadiusHoldWaiting page).
+		a.log.Warn(h.String(), "declaration_generation", h.Generation, "replacements", len(h.Replacements), "removals", len(h.Removals),
 			"hold_above", h.HoldAbove, "containers", containerNames(h.Replacements), "removed", containerNames(h.Removals))
 	case h != nil && h.Approved && (prev == nil || !prev.Approved || prev.Generation != h.Generation):
-		a.log.Warn("held declaration approved by the operator: it goes ahead, paced by the replacement budget", "declaration_generation", h.Generation,
+		a.log.Info("held declaration approved by the operator: it goes ahead, paced by the replacement budget", "declaration_generation", h.Generation,
 			"replacements", len(h.Replacements), "removals", len(h.Removals))
 	case h == nil && prev.Held():
 		a.log.Info("the hold is lifted: the declaration in force replaces and removes at most --hold-above containers", "declaration_generation", decl.Generation, "held_declaration_generation", prev.Generation)

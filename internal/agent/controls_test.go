@@ -118,6 +118,9 @@ func TestBlastRadiusHold(t *testing.T) {
 	if n := strings.Count(logs.String(), "declaration 2 held: it would replace 6 containers, more than --hold-above 3"); n != 1 {
 		t.Errorf("the hold was logged %d times, want once:\n%s", n, logs)
 	}
+	if l := logLine(logs.String(), "declaration 2 held"); !strings.Contains(l, "level=WARN") {
+		t.Errorf("the hold's line: %q, want level=WARN (waiting for an operator is no error)", l)
+	}
 	st, err := LoadStatus(statedir.New(f.state))
 	if err != nil || st == nil || !st.Held.Held() || st.Held.Generation != 2 || st.HoldAbove != 3 {
 		t.Errorf("status.json = %+v, %v; want declaration 2 held, hold_above 3", st, err)
@@ -157,8 +160,8 @@ func TestBlastRadiusHold(t *testing.T) {
 	if n := replaced(before, ids(f.rt)); n != 0 || rep.Result.Deferred != 6 {
 		t.Errorf("approved with the budget spent: %d replaced, %d deferred; want 0 and 6 (the budget paces an approved declaration)", n, rep.Result.Deferred)
 	}
-	if !strings.Contains(logs.String(), "held declaration approved by the operator") {
-		t.Errorf("the approval is not logged:\n%s", logs)
+	if l := logLine(logs.String(), "held declaration approved by the operator"); !strings.Contains(l, "level=INFO") {
+		t.Errorf("the approval's line: %q, want level=INFO (an operator's decision, carried out)\n%s", l, logs)
 	}
 }
 
@@ -339,4 +342,14 @@ func TestLoadStatusReadsEveryVersion(t *testing.T) {
 			}
 		})
 	}
+}
+
+// logLine returns the first line of logs holding s, or "".
+func logLine(logs, s string) string {
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
 }

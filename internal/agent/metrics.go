@@ -20,7 +20,11 @@ type metrics struct {
 	frozen           prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics returns the agent's metrics, registered with reg (nil: none).
+// The last success starts at started, the agent's start: its age is the
+// time without a pass that succeeded from the first moment, never the age
+// of Unix time 0 (an alert on it fired after every restart).
+func newMetrics(reg prometheus.Registerer, started time.Time) (*metrics, error) {
 	m := &metrics{
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshhost_agent_passes_total", Help: "Agent passes, by result (ok or error).",
@@ -40,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshhost_agent_last_success_timestamp_seconds",
-			Help: "When the last pass that succeeded ended (Unix time), 0 before the first; alert on its age: the machine has not converged since.",
+			Help: "When the last pass that succeeded ended (Unix time); before the first, when the agent started. Alert on its age: the machine has not converged since (or since the start).",
 		}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshhost_agent_declaration_held", Help: "1 while the declaration in force is held for replacing and removing more than --hold-above containers (meshhost approve GEN releases it).",
@@ -55,6 +59,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meshhost_agent_frozen", Help: "1 while the machine is frozen (meshhost freeze): no container is created, replaced or removed.",
 		}),
 	}
+	m.lastSuccess.Set(unixSeconds(started))
 	m.passes.WithLabelValues("ok") // both results at 0 from the start
 	m.passes.WithLabelValues("error")
 	if reg != nil {
@@ -73,8 +78,11 @@ func (m *metrics) pass(err error, d time.Duration, end time.Time) {
 	if err != nil {
 		result = "error"
 	} else {
-		m.lastSuccess.Set(float64(end.UnixNano()) / 1e9)
+		m.lastSuccess.Set(unixSeconds(end))
 	}
 	m.passes.WithLabelValues(result).Inc()
 	m.duration.Observe(d.Seconds())
 }
+
+// unixSeconds is t as Unix time in seconds, fractions kept.
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

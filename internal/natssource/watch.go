@@ -253,6 +253,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.setDown(fmt.Errorf("disconnected: %w", err))
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { w.poke() }),
+		// The client's asynchronous errors (a slow consumer, a permission
+		// refused) are the watcher's log lines: its default handler
+		// wrote them to stderr as plain text, past the JSON logger.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			w.log.Warn("NATS client error", "subject", subject, "err", err)
+		}),
 		// A first connect that was retried (the server was down at the
 		// start) opens the watch at once, not after the backoff.
 		nats.ConnectHandler(func(*nats.Conn) {

@@ -188,7 +188,7 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 // first (systemd's store, a running predecessor), then the saved roster,
 // then every address served (inherited sockets, or bound afresh: the static
 // --listen ones and the saved exposure's), and only then READY=1.
-func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int, error) {
+func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (code int, err error) {
 	// Signals first, before anything that takes time (a predecessor's
 	// handover, a large saved roster): Go's default for SIGHUP is to exit,
 	// and a reload (`systemctl reload`, a log rotation) may come at any
@@ -224,6 +224,19 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	log, err := f.log.Logger(stderr)
 	if err != nil {
 		return 2, err // a flag's value
+	}
+	// What libraries write through Go's log package (net/http's servers)
+	// is the logger's too: JSON in JSON mode, with its priority under the
+	// journal.
+	slog.SetDefault(log)
+	if f.log.Format == logging.JSON {
+		// Every line JSON: the error the command ends with too.
+		defer func() {
+			if err != nil {
+				log.Error(prog+" stopped", "err", err)
+				err = &logging.LoggedError{Err: err}
+			}
+		}()
 	}
 	reg := procmetrics.NewRegistry()
 	if f.stateDir != "" {
@@ -391,7 +404,11 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 	sdnotify.Notify(sdnotify.Ready + "\nSTATUS=" + status(silent))
 	stopFlush := FlushOnSignal(ctx, srv)
 	defer stopFlush()
-	fmt.Fprintf(stderr, "%s: serving on %v\n", prog, srv.Listeners())
+	if f.log.Format == logging.JSON {
+		log.Info(prog+": serving on", "listen", fmt.Sprint(srv.Listeners()))
+	} else {
+		fmt.Fprintf(stderr, "%s: serving on %v\n", prog, srv.Listeners())
+	}
 
 	lctx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
@@ -508,7 +525,7 @@ func ReloadRoster(log *slog.Logger, srv *resolver.Server, path string) error {
 		return fmt.Errorf("roster %q: %w", path, err)
 	}
 	log.Info("roster applied", "path", path, "roster_generation", r.Generation, "names", len(r.Names),
-		"took", time.Since(start), "applied_unix_nano", time.Now().UnixNano())
+		"duration_seconds", time.Since(start).Seconds(), "applied_unix_nano", time.Now().UnixNano())
 	return nil
 }
 
@@ -564,7 +581,7 @@ func serveMetrics(ctx context.Context, log *slog.Logger, addr string, serve func
 		l, err := net.Listen("tcp", addr)
 		if err == nil {
 			if warned {
-				log.Info("metrics: listening at last", "addr", l.Addr().String(), "tries", tries, "after", time.Since(start).Round(time.Millisecond))
+				log.Info("metrics: listening at last", "addr", l.Addr().String(), "tries", tries, "duration_seconds", time.Since(start).Seconds())
 			} else {
 				log.Info("metrics", "addr", l.Addr().String())
 			}

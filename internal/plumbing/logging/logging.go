@@ -17,10 +17,21 @@
 //	roster_generation       a roster's generation
 //	container               a container's name
 //	network                 a runtime network's name
+//	duration_seconds        how long something took, in seconds
+//	retry_in_seconds        how long until something is tried again, in seconds
+//
+// Every duration is written in seconds (a number, fractions allowed) under
+// a key ending in _seconds: calls pass d.Seconds() under such a key (so a
+// library's line reads the same under any handler), and the handlers New
+// makes write any time.Duration that still comes as seconds too, its key
+// given the suffix (took=250ms is written took_seconds=0.25), never as
+// slog's nanoseconds (JSON) or Go's "250ms" (text), so that one query reads
+// every component's durations.
 package logging
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -56,7 +67,7 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 	if f, ok := w.(*os.File); ok && Journald(f, os.Getenv) {
 		o.Journal = true
 	}
-	ho := &slog.HandlerOptions{Level: o.Level}
+	ho := &slog.HandlerOptions{Level: o.Level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return Seconds(a) }}
 	var pw *priorityWriter
 	if o.Journal {
 		pw = &priorityWriter{w: w}
@@ -65,7 +76,7 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 			if len(groups) == 0 && a.Key == slog.TimeKey {
 				return slog.Attr{} // the journal stamps every line
 			}
-			return a
+			return Seconds(a)
 		}
 	}
 	var h slog.Handler
@@ -78,6 +89,20 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 		return nil, fmt.Errorf("log format %q: want text or json", o.Format)
 	}
 	return slog.New(&handler{inner: h, pw: pw}), nil
+}
+
+// Seconds returns a with a duration value written as seconds, under a key
+// ending in _seconds (the package doc); any other attribute unchanged.
+func Seconds(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	if v.Kind() != slog.KindDuration {
+		return a
+	}
+	key := a.Key
+	if !strings.HasSuffix(key, "_seconds") {
+		key += "_seconds"
+	}
+	return slog.Float64(key, v.Duration().Seconds())
 }
 
 // Journald reports whether f is connected to systemd's journal: systemd
@@ -111,6 +136,20 @@ func ErrorPrefix(w io.Writer, getenv func(string) string) string {
 		return "<3>"
 	}
 	return ""
+}
+
+// LoggedError is an error a command has logged already, through its
+// logger (in JSON mode, as a JSON line): whoever prints a command's error
+// prints nothing more for it.
+type LoggedError struct{ Err error }
+
+func (e *LoggedError) Error() string { return e.Err.Error() }
+func (e *LoggedError) Unwrap() error { return e.Err }
+
+// IsLogged reports whether err, or an error it wraps, is a LoggedError.
+func IsLogged(err error) bool {
+	var l *LoggedError
+	return errors.As(err, &l)
 }
 
 // Priority returns the syslog priority of level l: 3 (err) from Error up,

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestPriorities(t *testing.T) {
@@ -166,5 +168,66 @@ func TestFlags(t *testing.T) {
 	log.Warn("kept")
 	if strings.Contains(buf.String(), "dropped") || !strings.Contains(buf.String(), `"msg":"kept"`) {
 		t.Errorf("--log-format json --log-level warn wrote %q", buf.String())
+	}
+}
+
+// TestDurationsInSeconds: every duration, however a line passes it (an
+// argument, an attribute of With, of the context, in a group), is written
+// in seconds under a key ending in _seconds, in both formats, under the
+// journal or not.
+func TestDurationsInSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		format  string
+		journal bool
+	}{{JSON, false}, {JSON, true}, {Text, false}, {Text, true}} {
+		t.Run(fmt.Sprintf("%s journal=%t", tc.format, tc.journal), func(t *testing.T) {
+			var buf bytes.Buffer
+			log, err := New(&buf, Options{Format: tc.format, Journal: tc.journal})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := WithAttrs(context.Background(), "waited", 3*time.Second)
+			log.With("interval", 30*time.Second).InfoContext(ctx, "x",
+				"took", 1500*time.Millisecond, "duration_seconds", 250*time.Millisecond,
+				slog.Group("probe", slog.Duration("latency", 2*time.Millisecond)), "count", 3)
+			line := strings.TrimSpace(strings.TrimPrefix(buf.String(), "<6>"))
+			want := map[string]any{"interval_seconds": 30.0, "took_seconds": 1.5, "duration_seconds": 0.25,
+				"waited_seconds": 3.0, "probe.latency_seconds": 0.002, "count": 3.0}
+			got := map[string]any{}
+			if tc.format == JSON {
+				var m map[string]any
+				if err := json.Unmarshal([]byte(line), &m); err != nil {
+					t.Fatalf("%q: %v", line, err)
+				}
+				for k, v := range m {
+					if g, ok := v.(map[string]any); ok {
+						for gk, gv := range g {
+							got[k+"."+gk] = gv
+						}
+						continue
+					}
+					got[k] = v
+				}
+			} else {
+				for _, f := range strings.Fields(line) {
+					k, v, _ := strings.Cut(f, "=")
+					if n, err := strconv.ParseFloat(v, 64); err == nil {
+						got[k] = n
+					} else {
+						got[k] = v
+					}
+				}
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s = %v, want %v; line: %s", k, got[k], v, line)
+				}
+			}
+			for _, k := range []string{"interval", "took", "waited", "probe.latency"} {
+				if _, ok := got[k]; ok {
+					t.Errorf("%s written without _seconds; line: %s", k, line)
+				}
+			}
+		})
 	}
 }

@@ -31,13 +31,15 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // BuildInfo returns meshhost_build_info: 1, labelled with the build's
-// version, commit and Go release, so that a query can join any metric of a
-// process to the build it runs (`* on(instance) group_left(version)`).
+// version, revision (its commit) and goversion (its Go release), the label
+// names of Prometheus' own build_info metrics, so that a query can join any
+// metric of a process to the build it runs (`* on(instance)
+// group_left(version)`).
 func BuildInfo(in buildinfo.Info) prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "meshhost_build_info",
-		Help: "1, labelled with the running build's version (git describe), commit and Go release.",
-	}, []string{"version", "commit", "go_version"})
+		Help: "1, labelled with the running build's version (git describe), revision (its commit) and goversion (its Go release).",
+	}, []string{"version", "revision", "goversion"})
 	g.WithLabelValues(in.Version, in.Commit, in.Go).Set(1)
 	return g
 }

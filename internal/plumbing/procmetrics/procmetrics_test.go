@@ -35,7 +35,7 @@ func TestServe(t *testing.T) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	in := buildinfo.Get()
-	want := `meshhost_build_info{commit="` + in.Commit + `",go_version="` + in.Go + `",version="` + in.Version + `"} 1`
+	want := `meshhost_build_info{goversion="` + in.Go + `",revision="` + in.Commit + `",version="` + in.Version + `"} 1`
 	for _, w := range []string{want, "go_goroutines ", "process_resident_memory_bytes "} {
 		if !strings.Contains(string(body), w) {
 			t.Errorf("/metrics lacks %q:\n%s", w, body)
