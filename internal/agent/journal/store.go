@@ -267,7 +267,8 @@ func (j *Journal) lastLocked(sub string) (uint64, bool, error) {
 
 // writeLocked appends v as entry key of sub, which must be above every
 // key sub holds, synced to disk before it returns, and prunes the oldest
-// files beyond Keep and MaxBytes.
+// files beyond Keep and MaxBytes (a failure to prune is retried at the next
+// write: the entry is recorded all the same).
 func (j *Journal) writeLocked(sub string, key uint64, v any) error {
 	syncs.AssertLocked(&j.mu)
 	// Compact, so one line: a record holds no newline.
@@ -293,6 +294,7 @@ func (j *Journal) writeLocked(sub string, key uint64, v any) error {
 			if h.tail, _, err = deltalog.Open(j.file(sub, u.first, segmentExt)); err != nil {
 				return fmt.Errorf("writing journal entry: %w", err)
 			}
+			h.tail.SetFaults(j.faults.logFaults())
 		}
 		if err := h.tail.Append(key, data); err != nil {
 			return fmt.Errorf("writing journal entry: %w", err)
@@ -308,8 +310,20 @@ func (j *Journal) writeLocked(sub string, key uint64, v any) error {
 		if o.segment {
 			ext = segmentExt
 		}
-		if err := os.Remove(j.file(sub, o.first, ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("pruning journal: %w", err)
+		err := j.faults.at(StepPrune, false)
+		if err == nil {
+			if err = os.Remove(j.file(sub, o.first, ext)); errors.Is(err, os.ErrNotExist) {
+				err = nil
+			}
+		}
+		if err == nil {
+			err = j.faults.at(StepPrune, true)
+		}
+		if err != nil {
+			// The entry is recorded: this write succeeded, and the next
+			// one prunes again. Failing it would give its key again to
+			// the next write, which the journal refuses (keys only grow).
+			return nil
 		}
 		h.total -= o.count
 		h.bytes -= o.size
@@ -327,11 +341,19 @@ func (j *Journal) startSegmentLocked(sub string, h *held, key uint64, data []byt
 	if err != nil {
 		return err
 	}
+	log.SetFaults(j.faults.logFaults())
 	if err := log.Append(key, data); err != nil {
 		log.Close()
 		return err
 	}
-	if err := syncDir(filepath.Join(j.dir, sub)); err != nil {
+	err = j.faults.at(StepSegmentSync, false)
+	if err == nil {
+		err = syncDir(filepath.Join(j.dir, sub))
+	}
+	if err == nil {
+		err = j.faults.at(StepSegmentSync, true)
+	}
+	if err != nil {
 		// Not recorded, as the error says: the file goes again.
 		log.Close()
 		os.Remove(log.Path())
