@@ -483,7 +483,12 @@ type Store struct {
 	// newest is the newest generation written and acknowledged, base or
 	// record: no base older than it is written, whole or not.
 	newest uint64
-	frozen bool // see Freeze
+	// offered is the newest generation the owner asked to write, base or
+	// record, whether or not the write succeeded: while whole is set,
+	// only a base at least that new makes the log follow on again (the
+	// owner's next record follows on from it, not from an older base).
+	offered uint64
+	frozen  bool // see Freeze
 	faults Faults
 }
 
@@ -550,20 +555,28 @@ func (s *Store) WriteBase(gen uint64, data []byte) error {
 	if s.frozen {
 		return fmt.Errorf("writing %s: %w", s.path, ErrFrozen)
 	}
-	if (gen <= s.gen && !s.whole) || (s.whole && gen < s.newest) {
+	if (gen <= s.gen && !s.whole) || (s.whole && gen < max(s.newest, s.offered)) {
 		// Without whole, records above gen stay in the log (Trim); with
 		// it, the log is emptied, so a gen below the newest acknowledged
-		// one would take that one back.
+		// one would take that one back, and one below the newest offered
+		// would have the owner's next record follow on from a document
+		// the files do not hold.
 		return nil
 	}
-	if err := s.faults.at(StepBaseWrite, false); err != nil {
-		return err
+	s.offered = max(s.offered, gen)
+	err := s.faults.at(StepBaseWrite, false)
+	if err == nil {
+		err = atomicfile.Write(s.path, data, 0o600)
 	}
-	if err := atomicfile.Write(s.path, data, 0o600); err != nil {
+	if err != nil {
+		// The owner's document moved on without its base: a record
+		// appended next would follow on from a base the files lack.
+		s.whole = true
 		return err
 	}
 	s.gen, s.size, s.newest = gen, int64(len(data)), max(s.newest, gen)
 	if err := s.faults.at(StepBaseWrite, true); err != nil {
+		s.whole = true
 		return err
 	}
 	trim := func() error { return s.log.Trim(gen) }
@@ -586,6 +599,9 @@ func (s *Store) WriteBase(gen uint64, data []byte) error {
 func (s *Store) Append(gen uint64, payload []byte) error {
 	s.mu.Lock()
 	whole := s.whole
+	if !s.frozen {
+		s.offered = max(s.offered, gen)
+	}
 	s.mu.Unlock()
 	if whole {
 		return ErrWhole
