@@ -489,7 +489,7 @@ type Store struct {
 	// owner's next record follows on from it, not from an older base).
 	offered uint64
 	frozen  bool // see Freeze
-	faults Faults
+	faults  Faults
 }
 
 // ErrFrozen is returned by the writes of a frozen Store (Freeze).
