@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -64,6 +65,9 @@ type Options struct {
 	// MaxBytes bounds the bytes of the declarations kept, and of the passes
 	// kept; the oldest go first. Default DefaultMaxBytes.
 	MaxBytes int64
+	// Logger reports damage found in the journal's files. Default
+	// slog.Default().
+	Logger *slog.Logger
 	// Faults injects faults at the journal's write steps (tests); nil
 	// means none.
 	Faults Faults
@@ -116,6 +120,11 @@ type Journal struct {
 	keep     int
 	maxBytes int64
 	faults   Faults
+	log      *slog.Logger
+
+	// damagedMu guards damaged: the segments found corrupt, reported.
+	damagedMu sync.Mutex
+	damaged   map[string]bool
 
 	// mu guards writes and the fields below.
 	mu      sync.Mutex
@@ -131,7 +140,7 @@ const (
 
 // Open opens the journal in dir, creating it if needed.
 func Open(dir string, opts Options) (*Journal, error) {
-	j := &Journal{dir: dir, keep: cmp.Or(opts.Keep, DefaultKeep), maxBytes: cmp.Or(opts.MaxBytes, DefaultMaxBytes), faults: opts.Faults}
+	j := &Journal{dir: dir, keep: cmp.Or(opts.Keep, DefaultKeep), maxBytes: cmp.Or(opts.MaxBytes, DefaultMaxBytes), faults: opts.Faults, log: cmp.Or(opts.Logger, slog.Default())}
 	for _, sub := range []string{declarationsDir, rostersDir, passesDir} {
 		// The owner's alone: declarations hold env and label values. A
 		// journal made by an older meshhost (0750) is tightened.
