@@ -279,7 +279,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, cfg.State)
 	if err != nil {
 		return nil, err
 	}

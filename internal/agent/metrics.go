@@ -3,6 +3,8 @@ package agent
 import (
 	"time"
 
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/plumbing/setaside"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -20,7 +22,7 @@ type metrics struct {
 	frozen           prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, state statedir.Dir) (*metrics, error) {
 	m := &metrics{
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshhost_agent_passes_total", Help: "Agent passes, by result (ok or error).",
@@ -58,7 +60,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.passes.WithLabelValues("ok") // both results at 0 from the start
 	m.passes.WithLabelValues("error")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.lastSuccess, m.held, m.heldReplacements, m.heldRemovals, m.frozen} {
+		// Every damaged log of the state directory (the journal's too),
+		// as `meshhost status` lists them.
+		corrupt := setaside.New(state.Path(), state.Logs(), state.SetAside)
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.lastSuccess, m.held, m.heldReplacements, m.heldRemovals, m.frozen, corrupt} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -29,6 +29,7 @@ import (
 	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
 	"github.com/meshhost/meshhost/internal/plumbing/procmetrics"
+	"github.com/meshhost/meshhost/internal/plumbing/setaside"
 	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/resolver"
@@ -211,6 +212,10 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 		return 2, err // a flag's value
 	}
 	reg := procmetrics.NewRegistry()
+	if f.state != "" {
+		// The saved roster's log, set aside when damaged (deltalog).
+		reg.MustRegister(setaside.New(filepath.Dir(f.state), []string{filepath.Base(resolver.LogPath(f.state))}, setaside.Glob(resolver.LogPath(f.state))))
+	}
 	if f.stateDir != "" {
 		if err := os.MkdirAll(f.stateDir, 0o700); err != nil {
 			return 1, fmt.Errorf("state directory: %w", err)
