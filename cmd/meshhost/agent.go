@@ -188,6 +188,11 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 		if err := dir.Create(); err != nil {
 			return 1, err
 		}
+		lock, err := dir.Lock() // one agent a state directory
+		if err != nil {
+			return 1, err
+		}
+		defer lock.Unlock()
 		reg := procmetrics.NewRegistry() // with meshhost_build_info
 		depUp := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meshhost_agent_dependency_up",
