@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/deltalog"
 	"github.com/meshhost/meshhost/spec"
@@ -157,4 +160,72 @@ func sortedNames(r *spec.Roster) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestFreezeStateWaitsForACompaction: FreezeState (a handover's Prepare)
+// returns only once a compaction under way has written; from then on
+// nothing this server does writes the state (a delta is served but not
+// saved, a compaction writes nothing), so the files are the successor's:
+// what it writes stays.
+func TestFreezeStateWaitsForACompaction(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "roster.json")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	faults := func(st deltalog.Step, after bool) error {
+		if st == deltalog.StepBaseWrite && !after && armed.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+		}
+		return nil
+	}
+	s, err := New(safeConfig(t, Config{StatePath: state, stateFaults: faults}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Update(faultRoster(1)); err != nil {
+		t.Fatal(err)
+	}
+	for gen := uint64(2); gen <= 4; gen++ {
+		if err := s.Apply(&spec.RosterDelta{From: gen - 1, To: gen, Set: map[string][]netip.Addr{fmt.Sprintf("n%d.internal", gen): {netip.AddrFrom4([4]byte{10, 0, 0, byte(gen)})}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	armed.Store(true)
+	compacted := make(chan struct{})
+	go func() { s.state.compact(s); close(compacted) }()
+	<-entered // the compaction is writing the roster file
+	frozen := make(chan struct{})
+	go func() { s.FreezeState(); close(frozen) }()
+	select {
+	case <-frozen:
+		t.Fatal("FreezeState returned while a compaction was writing")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	<-compacted
+	select {
+	case <-frozen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("FreezeState did not return once the compaction had written")
+	}
+	// The successor owns the files now.
+	successor := map[string][]byte{state: []byte("successor's roster\n"), LogPath(state): []byte("successor's log\n")}
+	for p, b := range successor {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Apply(&spec.RosterDelta{From: 4, To: 5, Set: map[string][]netip.Addr{"n5.internal": {netip.AddrFrom4([4]byte{10, 0, 0, 5})}}}); err == nil {
+		t.Error("a delta after FreezeState says it was saved")
+	}
+	s.state.compact(s)
+	if err := s.Update(faultRoster(8)); err == nil {
+		t.Error("a whole roster after FreezeState says it was saved")
+	}
+	for p, b := range successor {
+		if got, _ := os.ReadFile(p); string(got) != string(b) {
+			t.Errorf("%s after FreezeState = %q, want the successor's %q", p, got, b)
+		}
+	}
 }
