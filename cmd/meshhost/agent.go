@@ -306,7 +306,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 		if err != nil {
 			return 1, err
 		}
-		jnl, err := journal.Open(dir.Journal(), journal.Options{})
+		jnl, err := journal.Open(dir.Journal(), journal.Options{Logger: logger})
 		if err != nil {
 			return 1, err
 		}
