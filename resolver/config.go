@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/plumbing/deltalog"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -57,6 +58,10 @@ type Config struct {
 	// network directories, which refuses the gateways that aardvark-dns
 	// serves.
 	Forbidden func(netip.AddrPort) error
+
+	// stateFaults injects faults at the saved roster's write steps
+	// (tests in this package); nil in production.
+	stateFaults deltalog.Faults
 }
 
 const (

@@ -143,7 +143,7 @@ func New(cfg Config) (*Server, error) {
 			s.metrics.generation.Set(float64(t.gen))
 			s.log.Info("serving saved roster", "path", cfg.StatePath, "roster_generation", t.gen, "names", len(r.Names))
 		}
-		st, err := openState(cfg.StatePath, saved)
+		st, err := openState(cfg.StatePath, saved, cfg.stateFaults)
 		if err != nil {
 			s.cancel()
 			return nil, err

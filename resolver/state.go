@@ -112,11 +112,12 @@ type state struct {
 	compacting atomic.Bool
 }
 
-func openState(path string, saved savedState) (*state, error) {
+func openState(path string, saved savedState, faults deltalog.Faults) (*state, error) {
 	st, err := deltalog.OpenStore(path, LogPath(path), saved.baseGen, saved.baseSize, saved.broken != nil)
 	if err != nil {
 		return nil, err
 	}
+	st.SetFaults(faults)
 	return &state{path: path, store: st}, nil
 }
 
@@ -157,18 +158,23 @@ func (st *state) maybeCompact(s *Server) {
 	go func() {
 		defer s.wg.Done()
 		defer st.compacting.Store(false)
-		// The snapshot is taken under the lock that orders updates: the
-		// table it reads has been saved (or its save has failed and the
-		// log wants a base), never one whose save is still to come. The
-		// write itself runs unlocked; the store refuses a base older
-		// than what it acknowledged.
-		s.updateMu.Lock()
-		t := s.table.Load()
-		s.updateMu.Unlock()
-		if err := s.safely(t.gen, "compacting", func() error { return st.saveWhole(t, s.Busy) }); err != nil {
-			s.log.Warn("folding the roster log into the roster file failed; the log keeps growing until it can", "path", st.path, "err", err)
-		}
+		st.compact(s)
 	}()
+}
+
+// compact folds the log into the roster file now.
+func (st *state) compact(s *Server) {
+	// The snapshot is taken under the lock that orders updates: the
+	// table it reads has been saved (or its save has failed and the
+	// log wants a base), never one whose save is still to come. The
+	// write itself runs unlocked; the store refuses a base older than
+	// what it acknowledged.
+	s.updateMu.Lock()
+	t := s.table.Load()
+	s.updateMu.Unlock()
+	if err := s.safely(t.gen, "compacting", func() error { return st.saveWhole(t, s.Busy) }); err != nil {
+		s.log.Warn("folding the roster log into the roster file failed; the log keeps growing until it can", "path", st.path, "err", err)
+	}
 }
 
 // appendJSON writes the table's roster in the roster file format. Names are

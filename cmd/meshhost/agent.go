@@ -189,6 +189,11 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 		if err := dir.Create(); err != nil {
 			return 1, err
 		}
+		lock, err := dir.Lock() // one agent a state directory
+		if err != nil {
+			return 1, err
+		}
+		defer lock.Unlock()
 		reg := procmetrics.NewRegistry() // with meshhost_build_info
 		depUp := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meshhost_agent_dependency_up",
@@ -302,7 +307,7 @@ func defineAgentChecked(env *environment, fs *flag.FlagSet, checked func(config 
 		if err != nil {
 			return 1, err
 		}
-		jnl, err := journal.Open(dir.Journal(), journal.Options{})
+		jnl, err := journal.Open(dir.Journal(), journal.Options{Logger: logger})
 		if err != nil {
 			return 1, err
 		}

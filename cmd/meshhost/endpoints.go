@@ -4,12 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 
 	"github.com/meshhost/meshhost/internal/agent/declsource"
+	"github.com/meshhost/meshhost/internal/plumbing/netflag"
 )
 
 // pushFlags are who may use the agent's push endpoint: --push-token-file
@@ -58,20 +57,10 @@ func (p *pushFlags) access(addr string) (declsource.Access, error) {
 // remote is set (--http-remote): it serves metrics and health, which name
 // containers and networks, though never a declaration's values.
 func checkHTTP(addr string, remote bool) error {
-	if addr == "off" || remote {
+	if addr == "off" {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("--http %q: want ip:port: %w", addr, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("--http %s: not a loopback address; metrics and health would be served to other machines: give --http-remote to mean it, or --http 127.0.0.1:9469", addr)
+	return netflag.Loopback{Flag: "--http", RemoteFlag: "--http-remote", Serves: "metrics and health", Example: "127.0.0.1:9469"}.Check(addr, remote)
 }
 
 // pushToken returns the token a client of the push endpoint at addr sends:

@@ -279,7 +279,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(cfg.Registerer, time.Now())
+	m, err := newMetrics(cfg.Registerer, cfg.State, time.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package agent
 import (
 	"time"
 
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/plumbing/setaside"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -24,7 +26,7 @@ type metrics struct {
 // The last success starts at started, the agent's start: its age is the
 // time without a pass that succeeded from the first moment, never the age
 // of Unix time 0 (an alert on it fired after every restart).
-func newMetrics(reg prometheus.Registerer, started time.Time) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, state statedir.Dir, started time.Time) (*metrics, error) {
 	m := &metrics{
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshhost_agent_passes_total", Help: "Agent passes, by result (ok or error).",
@@ -63,7 +65,10 @@ func newMetrics(reg prometheus.Registerer, started time.Time) (*metrics, error) 
 	m.passes.WithLabelValues("ok") // both results at 0 from the start
 	m.passes.WithLabelValues("error")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.lastSuccess, m.held, m.heldReplacements, m.heldRemovals, m.frozen} {
+		// Every damaged log of the state directory (the journal's too),
+		// as `meshhost status` lists them.
+		corrupt := setaside.New(state.Path(), state.Logs(), state.SetAside)
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.lastSuccess, m.held, m.heldReplacements, m.heldRemovals, m.frozen, corrupt} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -30,6 +30,7 @@ import (
 	"github.com/meshhost/meshhost/internal/plumbing/netflag"
 	"github.com/meshhost/meshhost/internal/plumbing/procmetrics"
 	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
+	"github.com/meshhost/meshhost/internal/plumbing/setaside"
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/resolver/control"
@@ -53,7 +54,9 @@ type resolverFlags struct {
 	timeout    time.Duration
 	cache      CacheFlags
 	metrics    string
-	log        logging.Flags
+	// metricsRemote lets metrics be off loopback (--metrics-remote).
+	metricsRemote bool
+	log           logging.Flags
 
 	// The service's: see service.go.
 	control     string
@@ -135,7 +138,8 @@ func newFlagSet(prog string, stderr io.Writer) (*flag.FlagSet, *resolverFlags) {
 	fs.DurationVar(&f.timeout, "upstream-timeout", 2*time.Second, "time to wait for one upstream")
 	f.cache.Register(fs)
 	f.log.Register(fs)
-	fs.StringVar(&f.metrics, "metrics", "", "`ADDR` (ip:port) to serve Prometheus metrics on, at /metrics, e.g. 127.0.0.1:9470 (default: none)")
+	fs.StringVar(&f.metrics, "metrics", "", "`ADDR` (ip:port) to serve Prometheus metrics on, at /metrics, e.g. 127.0.0.1:9470, on a loopback address unless --metrics-remote (default: none)")
+	fs.BoolVar(&f.metricsRemote, "metrics-remote", false, "let --metrics listen on an address other machines can reach")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: "+prog+" --roster FILE --listen ADDR[,ADDR...] [--upstream ADDR ...] [--allow CIDR ...] [--state PATH] [--ttl D]")
 		fmt.Fprintln(stderr)
@@ -164,6 +168,10 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 			fs.Usage()
 			return nil, fmt.Errorf("--metrics %q: port %q is not a number: %w", f.metrics, port, ErrUsage)
+		}
+		// The agent's --http rule: an endpoint for the machine itself.
+		if err := (netflag.Loopback{Flag: "--metrics", RemoteFlag: "--metrics-remote", Serves: "metrics", Example: "127.0.0.1:9470"}).Check(f.metrics, f.metricsRemote); err != nil {
+			return nil, fmt.Errorf("%w: %w", err, ErrUsage)
 		}
 	}
 	if f.stateDir != "" && f.state == "" {
@@ -239,6 +247,10 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (cod
 		}()
 	}
 	reg := procmetrics.NewRegistry()
+	if f.state != "" {
+		// The saved roster's log, set aside when damaged (deltalog).
+		reg.MustRegister(setaside.New(filepath.Dir(f.state), []string{filepath.Base(resolver.LogPath(f.state))}, setaside.Glob(resolver.LogPath(f.state))))
+	}
 	if f.stateDir != "" {
 		if err := os.MkdirAll(f.stateDir, 0o700); err != nil {
 			return 1, fmt.Errorf("state directory: %w", err)

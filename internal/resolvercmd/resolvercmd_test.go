@@ -114,6 +114,8 @@ func TestMetricsFlag(t *testing.T) {
 		{"9470", false},
 		{"127.0.0.1:http", false},
 		{"127.0.0.1:70000", false},
+		{"0.0.0.0:9470", false}, // off loopback without --metrics-remote
+		{"10.1.2.3:9470", false},
 	} {
 		_, err := parseFlags("test", io.Discard, []string{"--listen", "127.0.0.1:5353", "--roster", "r.json", "--metrics", tc.v})
 		if (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrUsage) {

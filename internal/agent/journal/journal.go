@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/meshhost/meshhost/internal/plumbing/deltalog"
 )
 
 // Version is the format of the journal's entries.
@@ -62,6 +65,52 @@ type Options struct {
 	// MaxBytes bounds the bytes of the declarations kept, and of the passes
 	// kept; the oldest go first. Default DefaultMaxBytes.
 	MaxBytes int64
+	// Logger reports damage found in the journal's files. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// Faults injects faults at the journal's write steps (tests); nil
+	// means none.
+	Faults Faults
+}
+
+// Step is one write the journal makes, named for fault injection
+// (Options.Faults).
+type Step int
+
+// The write steps of recording an entry, in the order they are made.
+const (
+	StepAppendWrite Step = iota // the entry written to its segment
+	StepAppendSync              // the segment synced after it
+	StepSegmentSync             // the directory synced after a new segment
+	StepPrune                   // the oldest segment removed
+	NumSteps
+)
+
+// Faults is called before each write step (after false) and after it
+// succeeds (after true); an error it returns is that step's error.
+type Faults func(step Step, after bool) error
+
+func (f Faults) at(step Step, after bool) error {
+	if f == nil {
+		return nil
+	}
+	return f(step, after)
+}
+
+// logFaults is f for the steps a segment's deltalog.Log makes.
+func (f Faults) logFaults() deltalog.Faults {
+	if f == nil {
+		return nil
+	}
+	return func(step deltalog.Step, after bool) error {
+		switch step {
+		case deltalog.StepAppendWrite:
+			return f(StepAppendWrite, after)
+		case deltalog.StepAppendSync:
+			return f(StepAppendSync, after)
+		}
+		return nil
+	}
 }
 
 // Journal is a machine's history in a directory. It is safe for concurrent
@@ -70,6 +119,12 @@ type Journal struct {
 	dir      string
 	keep     int
 	maxBytes int64
+	faults   Faults
+	log      *slog.Logger
+
+	// damagedMu guards damaged: the segments found corrupt, reported.
+	damagedMu sync.Mutex
+	damaged   map[string]bool
 
 	// mu guards writes and the fields below.
 	mu      sync.Mutex
@@ -85,7 +140,7 @@ const (
 
 // Open opens the journal in dir, creating it if needed.
 func Open(dir string, opts Options) (*Journal, error) {
-	j := &Journal{dir: dir, keep: cmp.Or(opts.Keep, DefaultKeep), maxBytes: cmp.Or(opts.MaxBytes, DefaultMaxBytes)}
+	j := &Journal{dir: dir, keep: cmp.Or(opts.Keep, DefaultKeep), maxBytes: cmp.Or(opts.MaxBytes, DefaultMaxBytes), faults: opts.Faults, log: cmp.Or(opts.Logger, slog.Default())}
 	for _, sub := range []string{declarationsDir, rostersDir, passesDir} {
 		// The owner's alone: declarations hold env and label values. A
 		// journal made by an older meshhost (0750) is tightened.

@@ -41,6 +41,7 @@ type unit struct {
 	count       int
 	size        int64
 	segment     bool
+	damaged     bool // a record before its last is corrupt (readSegment)
 }
 
 // held is, per kind, the files on disk and their entries, in key order,
@@ -127,9 +128,9 @@ func (j *Journal) readUnit(sub string, l listed) ([]stored, error) {
 	}
 	// A torn last record (a crash mid-append, or an append under way in
 	// the agent while an operator command reads) is left out.
-	recs, _, err := deltalog.Read(j.file(sub, l.key, segmentExt))
+	recs, err := j.readSegment(j.file(sub, l.key, segmentExt))
 	if err != nil {
-		return nil, fmt.Errorf("reading journal: %w", err)
+		return nil, err
 	}
 	out := make([]stored, len(recs))
 	for i, r := range recs {
@@ -228,13 +229,23 @@ func (j *Journal) heldLocked(sub string) (*held, error) {
 			}
 			u.count, u.size = 1, fi.Size()
 		} else {
-			recs, valid, err := deltalog.Read(j.file(sub, l.key, segmentExt))
+			path := j.file(sub, l.key, segmentExt)
+			recs, err := j.readSegment(path)
 			if err != nil {
-				return nil, fmt.Errorf("reading journal: %w", err)
+				return nil, err
 			}
-			u.count, u.size = len(recs), valid
-			if len(recs) > 0 {
-				u.last = recs[len(recs)-1].Key
+			u.count = len(recs)
+			for _, r := range recs {
+				// "KEY CRC32C PAYLOAD\n"
+				u.size += int64(len(strconv.FormatUint(r.Key, 10)) + 1 + 8 + 1 + len(r.Payload) + 1)
+				u.last = r.Key
+			}
+			// A damaged segment is not appended to (that would cut off
+			// what follows its damage): the next entry starts a new one.
+			if u.damaged = j.isDamaged(path); u.damaged {
+				if fi, err := os.Stat(path); err == nil {
+					u.size = fi.Size()
+				}
 			}
 		}
 		h.units = append(h.units, u)
@@ -267,7 +278,8 @@ func (j *Journal) lastLocked(sub string) (uint64, bool, error) {
 
 // writeLocked appends v as entry key of sub, which must be above every
 // key sub holds, synced to disk before it returns, and prunes the oldest
-// files beyond Keep and MaxBytes.
+// files beyond Keep and MaxBytes (a failure to prune is retried at the next
+// write: the entry is recorded all the same).
 func (j *Journal) writeLocked(sub string, key uint64, v any) error {
 	syncs.AssertLocked(&j.mu)
 	// Compact, so one line: a record holds no newline.
@@ -283,7 +295,7 @@ func (j *Journal) writeLocked(sub string, key uint64, v any) error {
 		return fmt.Errorf("writing journal entry %d of %s: the newest entry is %d, and keys only grow", key, sub, last)
 	}
 	n := len(h.units)
-	if n == 0 || !h.units[n-1].segment || h.units[n-1].count >= j.segmentEntries() || h.units[n-1].size >= j.segmentBytes() {
+	if n == 0 || !h.units[n-1].segment || h.units[n-1].damaged || h.units[n-1].count >= j.segmentEntries() || h.units[n-1].size >= j.segmentBytes() {
 		if err := j.startSegmentLocked(sub, h, key, data); err != nil {
 			return fmt.Errorf("writing journal entry: %w", err)
 		}
@@ -293,6 +305,7 @@ func (j *Journal) writeLocked(sub string, key uint64, v any) error {
 			if h.tail, _, err = deltalog.Open(j.file(sub, u.first, segmentExt)); err != nil {
 				return fmt.Errorf("writing journal entry: %w", err)
 			}
+			h.tail.SetFaults(j.faults.logFaults())
 		}
 		if err := h.tail.Append(key, data); err != nil {
 			return fmt.Errorf("writing journal entry: %w", err)
@@ -308,8 +321,20 @@ func (j *Journal) writeLocked(sub string, key uint64, v any) error {
 		if o.segment {
 			ext = segmentExt
 		}
-		if err := os.Remove(j.file(sub, o.first, ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("pruning journal: %w", err)
+		err := j.faults.at(StepPrune, false)
+		if err == nil {
+			if err = os.Remove(j.file(sub, o.first, ext)); errors.Is(err, os.ErrNotExist) {
+				err = nil
+			}
+		}
+		if err == nil {
+			err = j.faults.at(StepPrune, true)
+		}
+		if err != nil {
+			// The entry is recorded: this write succeeded, and the next
+			// one prunes again. Failing it would give its key again to
+			// the next write, which the journal refuses (keys only grow).
+			return nil
 		}
 		h.total -= o.count
 		h.bytes -= o.size
@@ -327,11 +352,19 @@ func (j *Journal) startSegmentLocked(sub string, h *held, key uint64, data []byt
 	if err != nil {
 		return err
 	}
+	log.SetFaults(j.faults.logFaults())
 	if err := log.Append(key, data); err != nil {
 		log.Close()
 		return err
 	}
-	if err := syncDir(filepath.Join(j.dir, sub)); err != nil {
+	err = j.faults.at(StepSegmentSync, false)
+	if err == nil {
+		err = syncDir(filepath.Join(j.dir, sub))
+	}
+	if err == nil {
+		err = j.faults.at(StepSegmentSync, true)
+	}
+	if err != nil {
 		// Not recorded, as the error says: the file goes again.
 		log.Close()
 		os.Remove(log.Path())
@@ -357,4 +390,48 @@ func syncDir(dir string) error {
 		return &fs.PathError{Op: "sync", Path: dir, Err: err}
 	}
 	return nil
+}
+
+// readSegment returns the records of the segment at path. A corrupt
+// record with more after it does not fail the read: its entries stand
+// alone, so those after it are read too (deltalog.ReadPast); the damage
+// is reported once, and the segment copied aside (PATH.corrupt-TIME, which
+// `meshhost status` lists) and never appended to again.
+func (j *Journal) readSegment(path string) ([]deltalog.Record, error) {
+	recs, err := deltalog.ReadPast(path)
+	var ce *deltalog.CorruptError
+	if errors.As(err, &ce) {
+		j.reportCorrupt(ce)
+		return recs, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading journal: %w", err)
+	}
+	return recs, nil
+}
+
+// reportCorrupt sets the damaged segment aside and logs it, once a
+// segment.
+func (j *Journal) reportCorrupt(ce *deltalog.CorruptError) {
+	j.damagedMu.Lock()
+	defer j.damagedMu.Unlock()
+	if _, ok := j.damaged[ce.Path]; ok {
+		return
+	}
+	if j.damaged == nil {
+		j.damaged = map[string]bool{}
+	}
+	j.damaged[ce.Path] = true
+	aside, err := deltalog.SetAside(ce.Path)
+	if err != nil {
+		j.log.Error("a journal segment is corrupt before its last entry, and setting it aside failed; its entries are read around the damage", "path", ce.Path, "offset", ce.Offset, "err", err)
+		return
+	}
+	j.log.Warn("a journal segment is corrupt before its last entry: its entries are read around the damage, the segment is kept as it is and copied aside", "path", ce.Path, "offset", ce.Offset, "aside", aside)
+}
+
+func (j *Journal) isDamaged(path string) bool {
+	j.damagedMu.Lock()
+	defer j.damagedMu.Unlock()
+	return j.damaged[path]
 }

@@ -272,3 +272,75 @@ func TestJournalReadWhileWriting(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalReadsPastACorruptEntry: a checksum failure in the middle of
+// a segment (not a torn last line) fails no read and cuts nothing off:
+// the entries before and after it are read, in this process and in a
+// reopened one; the segment is copied aside (PATH.corrupt-TIME) and kept
+// byte for byte, and the next entry goes to a new segment (issue 22,
+// defect 8, for the journal).
+func TestJournalReadsPastACorruptEntry(t *testing.T) {
+	dir := t.TempDir()
+	j, err := journal.Open(dir, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g := uint64(1); g <= 5; g++ {
+		if _, err := j.RecordPass(journal.PassEntry{Generation: g}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := fullfs.Names(t, filepath.Join(dir, "passes"))
+	if len(segs) != 1 {
+		t.Fatalf("passes in %v, want one segment", segs)
+	}
+	seg := filepath.Join(dir, "passes", segs[0])
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Entry 3's generation, 3 -> 9: its checksum no longer matches.
+	lines := strings.SplitAfter(string(data), "\n")
+	lines[2] = strings.Replace(lines[2], `"generation":3`, `"generation":9`, 1)
+	damaged := strings.Join(lines, "")
+	if damaged == string(data) {
+		t.Fatal("the test did not damage the entry")
+	}
+	if err := os.WriteFile(seg, []byte(damaged), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := []uint64{1, 2, 4, 5}
+	if got, err := j.Passes(); err != nil {
+		t.Fatalf("Passes with a corrupt middle entry: %v", err)
+	} else if g := gensOf(got); !slices.Equal(g, want) {
+		t.Errorf("with a corrupt third entry the journal reads %v, want %v", g, want)
+	}
+	j2, err := journal.Open(dir, journal.Options{})
+	if err != nil {
+		t.Fatalf("reopening a journal with a corrupt middle entry: %v", err)
+	}
+	if p, err := j2.RecordPass(journal.PassEntry{Generation: 6}); err != nil || p.Seq != 6 {
+		t.Fatalf("RecordPass after the damage = seq %d, %v; want 6", p.Seq, err)
+	}
+	if got := passGens(t, j2); !slices.Equal(got, append(want, 6)) {
+		t.Errorf("after one more pass the journal reads %v, want %v", got, append(want, 6))
+	}
+	if after, _ := os.ReadFile(seg); string(after) != damaged {
+		t.Errorf("the damaged segment was changed:\n%s\nwant\n%s", after, damaged)
+	}
+	aside, _ := filepath.Glob(seg + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("set aside: %v, want one copy of %s", aside, seg)
+	}
+	if c, _ := os.ReadFile(aside[0]); string(c) != damaged {
+		t.Errorf("the copy set aside differs from the damaged segment")
+	}
+}
+
+func gensOf(ps []journal.PassEntry) []uint64 {
+	var out []uint64
+	for _, p := range ps {
+		out = append(out, p.Generation)
+	}
+	return out
+}

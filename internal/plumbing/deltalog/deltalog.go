@@ -27,7 +27,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -126,6 +128,70 @@ func parse(data []byte) (out []Record, valid int64, corrupt bool) {
 	return out, int64(off), false
 }
 
+// ReadPast is Read for a log whose records stand alone (a journal's
+// entries, not changes that each follow on from the one before): a bad
+// record with more after it is skipped, and the records after it are
+// returned too, with a *CorruptError for the first bad one. A torn last
+// record is left out, as by Read.
+func ReadPast(path string) ([]Record, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	var out []Record
+	var first *CorruptError
+	off := 0
+	for off < len(data) {
+		nl := bytes.IndexByte(data[off:], '\n')
+		if nl < 0 {
+			break // torn: no newline yet
+		}
+		rec, ok := parseLine(data[off : off+nl+1])
+		if ok && len(out) > 0 && rec.Key <= out[len(out)-1].Key {
+			ok = false
+		}
+		if ok {
+			out = append(out, rec)
+		} else if off+nl+1 < len(data) && first == nil {
+			first = &CorruptError{Path: path, Offset: int64(off)}
+		}
+		off += nl + 1
+	}
+	if first != nil {
+		return out, first
+	}
+	return out, nil
+}
+
+// SetAside copies the log at path to PATH.corrupt-TIME, unless a copy
+// set aside before is there already, and returns the copy's path.
+func SetAside(path string) (string, error) {
+	if m, _ := filepath.Glob(globEscape(path) + ".corrupt-*"); len(m) > 0 {
+		return m[len(m)-1], nil
+	}
+	aside := asideName(path)
+	return aside, copyAside(path, aside)
+}
+
+func asideName(path string) string {
+	return fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000000000Z"))
+}
+
+// globEscape quotes the glob metacharacters of path.
+func globEscape(path string) string {
+	var b strings.Builder
+	for _, r := range path {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // parseLine reads one record's line, its newline included.
 func parseLine(line []byte) (Record, bool) {
 	sp := bytes.IndexByte(line, ' ')
@@ -200,7 +266,7 @@ func Open(path string) (*Log, []Record, error) {
 	var ce *CorruptError
 	aside := ""
 	if errors.As(err, &ce) {
-		aside = fmt.Sprintf("%s.corrupt-%s", path, time.Now().UTC().Format("20060102T150405.000000000Z"))
+		aside = asideName(path)
 		if err := copyAside(path, aside); err != nil {
 			return nil, nil, fmt.Errorf("%w; setting it aside: %w", ce, err)
 		}
@@ -483,8 +549,13 @@ type Store struct {
 	// newest is the newest generation written and acknowledged, base or
 	// record: no base older than it is written, whole or not.
 	newest uint64
-	frozen bool // see Freeze
-	faults Faults
+	// offered is the newest generation the owner asked to write, base or
+	// record, whether or not the write succeeded: while whole is set,
+	// only a base at least that new makes the log follow on again (the
+	// owner's next record follows on from it, not from an older base).
+	offered uint64
+	frozen  bool // see Freeze
+	faults  Faults
 }
 
 // ErrFrozen is returned by the writes of a frozen Store (Freeze).
@@ -550,20 +621,28 @@ func (s *Store) WriteBase(gen uint64, data []byte) error {
 	if s.frozen {
 		return fmt.Errorf("writing %s: %w", s.path, ErrFrozen)
 	}
-	if (gen <= s.gen && !s.whole) || (s.whole && gen < s.newest) {
+	if (gen <= s.gen && !s.whole) || (s.whole && gen < max(s.newest, s.offered)) {
 		// Without whole, records above gen stay in the log (Trim); with
 		// it, the log is emptied, so a gen below the newest acknowledged
-		// one would take that one back.
+		// one would take that one back, and one below the newest offered
+		// would have the owner's next record follow on from a document
+		// the files do not hold.
 		return nil
 	}
-	if err := s.faults.at(StepBaseWrite, false); err != nil {
-		return err
+	s.offered = max(s.offered, gen)
+	err := s.faults.at(StepBaseWrite, false)
+	if err == nil {
+		err = atomicfile.Write(s.path, data, 0o600)
 	}
-	if err := atomicfile.Write(s.path, data, 0o600); err != nil {
+	if err != nil {
+		// The owner's document moved on without its base: a record
+		// appended next would follow on from a base the files lack.
+		s.whole = true
 		return err
 	}
 	s.gen, s.size, s.newest = gen, int64(len(data)), max(s.newest, gen)
 	if err := s.faults.at(StepBaseWrite, true); err != nil {
+		s.whole = true
 		return err
 	}
 	trim := func() error { return s.log.Trim(gen) }
@@ -586,6 +665,9 @@ func (s *Store) WriteBase(gen uint64, data []byte) error {
 func (s *Store) Append(gen uint64, payload []byte) error {
 	s.mu.Lock()
 	whole := s.whole
+	if !s.frozen {
+		s.offered = max(s.offered, gen)
+	}
 	s.mu.Unlock()
 	if whole {
 		return ErrWhole
