@@ -31,6 +31,7 @@ const (
 	exitChanges = 2  // meshhost plan: the plan has changes
 	exitProbe   = 3  // meshhost probe, dns-check: a probe or a lookup failed
 	exitUsage   = 64 // a flag, an argument or a value the command does not take (sysexits' EX_USAGE)
+	exitConfig  = 78 // meshhost agent, config check: the configuration is refused (sysexits' EX_CONFIG); the units do not restart the agent for it
 )
 
 // command is one subcommand. Each lives in its own file and registers itself
