@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -136,5 +137,25 @@ func TestConfigCheck(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &fault); code != exitConfig || err != nil || !strings.Contains(fault.Error, "bugdet: unknown key") {
 		t.Errorf("config check --output json of a wrong file = exit %d, %s (%v); want exit 78 and the fault as JSON", code, out, err)
+	}
+}
+
+// TestUnitPreventsConfigRestart: the agent's unit does not restart it for
+// the exit codes of a refused configuration (restarting cannot mend it):
+// the codes the agent exits with, read from the unit.
+func TestUnitPreventsConfigRestart(t *testing.T) {
+	data, err := os.ReadFile("../../packaging/systemd/meshhost-agent.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^RestartPreventExitStatus=(.*)$`).FindSubmatch(data)
+	if m == nil {
+		t.Fatal("meshhost-agent.service has no RestartPreventExitStatus=")
+	}
+	codes := strings.Fields(string(m[1]))
+	for _, c := range []int{exitConfig, exitUsage} {
+		if !slices.Contains(codes, strconv.Itoa(c)) {
+			t.Errorf("RestartPreventExitStatus=%s lacks %d", m[1], c)
+		}
 	}
 }
