@@ -72,6 +72,18 @@ type environment struct {
 	// it (plan, explain). Nil: podman. Tests give the runtime of an agent
 	// they run in-process.
 	openRuntime func(ctx context.Context, uri string) (rt reconcile.Runtime, inPlaceUpdates bool, err error)
+	// defaultConfig is where operator commands look for the agent's
+	// configuration without --config; "": defaultConfig, the package's.
+	defaultConfig string
+}
+
+// agentConfig is the agent's configuration file operator commands read
+// when not told (see operatorConfig).
+func (env *environment) agentConfig() string {
+	if env.defaultConfig != "" {
+		return env.defaultConfig
+	}
+	return defaultConfig
 }
 
 // runtime connects to the container runtime at uri (see openRuntime).
@@ -252,6 +264,7 @@ func cobraCommand(env *environment, c command, out *outcome) *cobra.Command {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	runIt := c.define(env, fs)
+	fromAgent := addOperatorConfig(fs, operatorConfigKeys[c.name])
 	cc.Flags().AddGoFlagSet(fs)
 	cc.Flags().SortFlags = false
 	cc.RunE = func(cmd *cobra.Command, args []string) error {
@@ -260,7 +273,13 @@ func cobraCommand(env *environment, c command, out *outcome) *cobra.Command {
 				return finish(exitUsage, err)
 			}
 		}
-		return finish(runIt(withGivenFlags(cmd), args))
+		ctx := withGivenFlags(cmd)
+		if fromAgent != nil {
+			if err := fromAgent.apply(ctx, env); err != nil {
+				return finish(exitConfig, err)
+			}
+		}
+		return finish(runIt(ctx, args))
 	}
 	return cc
 }
