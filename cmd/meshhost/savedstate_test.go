@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/testkit/dnstest"
 )
