@@ -1,11 +1,26 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
+
+// runBounded is runCLI stopped after d: an agent that takes a refused
+// value runs (and returns 0 when stopped) instead of exiting at once.
+func runBounded(t *testing.T, d time.Duration, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var out, errb bytes.Buffer
+	e := &environment{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	code = run(ctx, e, args)
+	return code, out.String(), errb.String()
+}
 
 // TestRefusedConfigValues is the class test of the agent's one
 // validation: each refused value, written in agent.toml, is refused by
@@ -54,14 +69,15 @@ func TestRefusedConfigValues(t *testing.T) {
 			if strings.HasPrefix(tc.want, "give") {
 				want = tc.want
 			}
-			for _, args := range [][]string{
-				{"config", "check", "--config", path},
-				{"agent", "--config", path, "--push", "off"},
-			} {
-				if strings.HasPrefix(tc.line, "push") && args[0] == "agent" {
-					args = args[:3] // the file's push, not the flag's
+			// The agent's endpoints off, unless the file's value is the case.
+			start := []string{"agent", "--config", path}
+			for _, key := range []string{"push", "http"} {
+				if !strings.HasPrefix(tc.line, key+" ") {
+					start = append(start, "--"+key, "off")
 				}
-				code, out, stderr := runCLI(t, nil, args...)
+			}
+			for _, args := range [][]string{{"config", "check", "--config", path}, start} {
+				code, out, stderr := runBounded(t, 10*time.Second, args...)
 				if code != exitConfig || !strings.Contains(stderr, want) {
 					t.Errorf("meshhost %s (%s) = exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(args[:2], " "), tc.line, code, out, stderr, exitConfig, want)
 				}
