@@ -287,13 +287,11 @@ func (f *agentFlags) checkResolver(c *agentConfig, fl *faults) {
 	if external == "" {
 		return
 	}
-	set := maps.Clone(c.given)
+	set := maps.Clone(c.given) // the command line's
 	if set == nil {
 		set = map[string]bool{}
 	}
-	for k := range fl.lines {
-		set[k] = true
-	}
+	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true }) // the file's
 	for _, name := range slices.Sorted(maps.Keys(set)) {
 		if set[name] && strings.HasPrefix(name, "cache-") {
 			c.IgnoredCache = append(c.IgnoredCache, "--"+name)
