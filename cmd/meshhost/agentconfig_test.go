@@ -119,7 +119,7 @@ func TestConfigCheckPrintsSettings(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.toml")
 	os.WriteFile(path, []byte("runtime = \"memory\"\nlog-level = \"warning\"\n"), 0o644)
 	code, out, stderr := runCLI(t, nil, "config", "check", "--config", path, "--budget", "7")
-	for _, w := range []string{"runtime = \"memory\"  # file, line 1", "log-level = \"warning\"  # file, line 2", "budget = \"7\"  # flag", "interval = \"30s\"  # default"} {
+	for _, w := range []string{"runtime = \"memory\"  # file, line 1", "log-level = \"warning\"  # file, line 2", "budget = 7  # flag", "interval = \"30s\"  # default"} {
 		if code != 0 || !strings.Contains(out, w) {
 			t.Errorf("config check = exit %d, %q %q; want %q", code, out, stderr, w)
 		}

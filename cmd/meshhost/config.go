@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -67,6 +68,7 @@ type setting struct {
 	Value  string `json:"value"`
 	Source string `json:"source"`
 	Line   int    `json:"line,omitempty"`
+	bare   bool   // a number or a boolean: written without quotes
 }
 
 // effective lists every setting of the agent in effect, by name.
@@ -77,6 +79,12 @@ func (c *agentConfig) effective() []setting {
 			return
 		}
 		s := setting{Name: fl.Name, Value: fl.Value.String(), Source: "default"}
+		if g, ok := fl.Value.(flag.Getter); ok {
+			switch g.Get().(type) {
+			case bool, int, int64, uint, uint64, float64:
+				s.bare = true
+			}
+		}
 		switch {
 		case c.given[fl.Name]:
 			s.Source = "flag"
@@ -96,13 +104,17 @@ func (c *agentConfig) effective() []setting {
 	return out
 }
 
-// printSettings prints settings as TOML lines, each with its source.
+// printSettings prints settings as agent.toml lines, each with its source.
 func printSettings(w io.Writer, settings []setting) {
 	for _, s := range settings {
 		src := s.Source
 		if s.Line > 0 {
 			src = fmt.Sprintf("file, line %d", s.Line)
 		}
-		fmt.Fprintf(w, "%s = %q  # %s\n", s.Name, s.Value, src)
+		v := strconv.Quote(s.Value)
+		if s.bare {
+			v = s.Value
+		}
+		fmt.Fprintf(w, "%s = %s  # %s\n", s.Name, v, src)
 	}
 }
