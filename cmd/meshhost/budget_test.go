@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/testkit/fullfs"
 	"github.com/meshhost/meshhost/reconcile"
@@ -20,7 +21,7 @@ import (
 )
 
 // Issue 7: the replacement budget of an agent killed mid-pass. The agent's
-// reconciler as openReconciler wires it, on the in-memory runtime.
+// reconciler as agent.OpenReconciler wires it, on the in-memory runtime.
 
 // budgetFixture is a running container web (image img:1) and a way to
 // open the agent's reconciler on the state file path, with a budget of one
@@ -30,7 +31,7 @@ func budgetFixture(t *testing.T, path string) (rt *memory.Runtime, open func() (
 	rt = memory.New(memory.Options{})
 	open = func() (*reconcile.Reconciler, func()) {
 		t.Helper()
-		rec, save, err := openReconciler(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 1, Window: time.Hour}},
+		rec, save, err := agent.OpenReconciler(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 1, Window: time.Hour}},
 			path, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
@@ -78,7 +79,7 @@ func TestAgentBudgetSavedBeforeReplacement(t *testing.T) {
 		t.Fatalf("the killed pass: %v, want the kill", err)
 	}
 	rt.Before(nil)
-	var st reconcileState
+	var st agent.ReconcileState
 	if err := json.Unmarshal(atStop, &st); err != nil || len(st.BudgetUsed) != 1 {
 		t.Fatalf("reconciler.json at the replacement's first podman call = %s (%v), want its charge", atStop, err)
 	}
@@ -119,7 +120,7 @@ func TestAgentBudgetUnsavedOnFullDisk(t *testing.T) {
 	if c, _ := rt.Container("web"); err != nil || res.Count(reconcile.Replace) != 1 || c.ID == before.ID {
 		t.Errorf("with room again: %v, replaced %d; want web replaced", err, res.Count(reconcile.Replace))
 	}
-	var st reconcileState
+	var st agent.ReconcileState
 	if data, _ := os.ReadFile(path); json.Unmarshal(data, &st) != nil || len(st.BudgetUsed) != 1 {
 		t.Errorf("reconciler.json after the replacement = %s, want its charge", data)
 	}

@@ -6,13 +6,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// agentFlags returns the names of `meshhost agent`'s flags, read from its
+// agentFlagNames returns the names of `meshhost agent`'s flags, read from its
 // usage.
-func agentFlags(t *testing.T) []string {
+func agentFlagNames(t *testing.T) []string {
 	t.Helper()
 	_, usage, _ := runCLI(t, nil, "agent", "-h")
 	var names []string
@@ -45,7 +46,7 @@ func TestPackagedConfig(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^(?:# )?([a-z0-9-]+) = `).FindAllStringSubmatch(string(data), -1) {
 		keys = append(keys, m[1])
 	}
-	for _, f := range agentFlags(t) {
+	for _, f := range agentFlagNames(t) {
 		if f != "config" && !slices.Contains(keys, f) {
 			t.Errorf("packaging/agent.toml lacks the agent's flag %s (set it, or write it commented out with its default)", f)
 		}
@@ -77,11 +78,11 @@ func TestConfigCheck(t *testing.T) {
 	}{
 		{"fine", "runtime = \"memory\"\nbudget = 9\n", nil, 0, ": ok (2 settings: budget, runtime)"},
 		{"a flag given wins", "runtime = \"memory\"\nbudget = 9\n", []string{"--budget", "5"}, 0, ": ok (1 settings: runtime)"},
-		{"unknown key", "runtime = \"memory\"\nbugdet = 9\n", nil, 1, "agent.toml:2: bugdet: unknown key: no flag --bugdet (did you mean budget?)"},
-		{"wrong type", "runtime = \"memory\"\nbudget = \"nine\"\n", nil, 1, `agent.toml:2: budget: is "nine", want an integer`},
-		{"the agent's own checks", "runtime = \"docker\"\n", nil, 1, `--runtime "docker": want podman or memory`},
-		{"an address", "runtime = \"memory\"\nnode-local = \"169.254.53\"\n", nil, 1, "--node-local: "},
-		{"the embedded resolver's flag with the service", "runtime = \"memory\"\nresolver = \"unix:/run/x.sock\"\nupstream = [\"127.0.0.1\"]\n", nil, 1, "--upstream is the embedded resolver's"},
+		{"unknown key", "runtime = \"memory\"\nbugdet = 9\n", nil, exitConfig, "agent.toml:2: bugdet: unknown key: no flag --bugdet (did you mean budget?)"},
+		{"wrong type", "runtime = \"memory\"\nbudget = \"nine\"\n", nil, exitConfig, `agent.toml:2: budget: is "nine", want an integer`},
+		{"the agent's own checks", "runtime = \"docker\"\n", nil, exitConfig, `agent.toml:1: runtime: "docker": want podman or memory`},
+		{"an address", "runtime = \"memory\"\nnode-local = \"169.254.53\"\n", nil, exitConfig, `agent.toml:2: node-local: "169.254.53" is not an IP address`},
+		{"the embedded resolver's flag with the service", "runtime = \"memory\"\nresolver = \"unix:/run/x.sock\"\nupstream = [\"127.0.0.1\"]\n", nil, exitConfig, "agent.toml:3: upstream: is the embedded resolver's"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := write(tc.doc)
@@ -122,7 +123,7 @@ func TestConfigCheck(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || !got.OK || !slices.Equal(got.Keys, []string{"runtime", "state"}) {
 		t.Errorf("config check --output json = exit %d, %s (%v)", code, out, err)
 	}
-	if code, _, stderr := runCLI(t, nil, "config", "check", "--config", filepath.Join(dir, "missing.toml")); code != 1 || !strings.Contains(stderr, "missing.toml: no such file") {
+	if code, _, stderr := runCLI(t, nil, "config", "check", "--config", filepath.Join(dir, "missing.toml")); code != exitConfig || !strings.Contains(stderr, "missing.toml: no such file") {
 		t.Errorf("config check of a missing file = exit %d, %q", code, stderr)
 	}
 	for _, args := range [][]string{{"config"}, {"config", "chekc"}, {"config", "check", "extra"}} {
@@ -134,7 +135,27 @@ func TestConfigCheck(t *testing.T) {
 	var fault struct {
 		Error string `json:"error"`
 	}
-	if err := json.Unmarshal([]byte(out), &fault); code != exitError || err != nil || !strings.Contains(fault.Error, "bugdet: unknown key") {
-		t.Errorf("config check --output json of a wrong file = exit %d, %s (%v); want exit 1 and the fault as JSON", code, out, err)
+	if err := json.Unmarshal([]byte(out), &fault); code != exitConfig || err != nil || !strings.Contains(fault.Error, "bugdet: unknown key") {
+		t.Errorf("config check --output json of a wrong file = exit %d, %s (%v); want exit 78 and the fault as JSON", code, out, err)
+	}
+}
+
+// TestUnitPreventsConfigRestart: the agent's unit does not restart it for
+// the exit codes of a refused configuration (restarting cannot mend it):
+// the codes the agent exits with, read from the unit.
+func TestUnitPreventsConfigRestart(t *testing.T) {
+	data, err := os.ReadFile("../../packaging/systemd/meshhost-agent.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^RestartPreventExitStatus=(.*)$`).FindSubmatch(data)
+	if m == nil {
+		t.Fatal("meshhost-agent.service has no RestartPreventExitStatus=")
+	}
+	codes := strings.Fields(string(m[1]))
+	for _, c := range []int{exitConfig, exitUsage} {
+		if !slices.Contains(codes, strconv.Itoa(c)) {
+			t.Errorf("RestartPreventExitStatus=%s lacks %d", m[1], c)
+		}
 	}
 }

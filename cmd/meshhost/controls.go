@@ -93,107 +93,120 @@ func defineStatus(env *environment, fs *flag.FlagSet) runner {
 		if err != nil {
 			return 1, err
 		}
-		var out statusJSON
-		decl, err := agent.LoadDeclaration(dir)
+		out, applied, err := readStatus(ctx, env, dir)
 		if err != nil {
 			return 1, err
-		}
-		if decl != nil {
-			out.Machine, out.Generation, out.MeshNames, out.Containers = decl.Machine, decl.Generation, string(decl.MeshNames), len(decl.Containers)
-			// The roster in force is the resolver's: a NATS roster change
-			// moves it without saving the declaration again.
-			out.RosterGeneration = decl.Roster.Generation
-			if gen, err := agent.ServedGeneration(ctx, dir); err != nil {
-				fmt.Fprintf(env.stderr, "meshhost status: the roster shown is the one saved with the declaration: %v\n", err)
-			} else if gen != 0 {
-				out.RosterGeneration = gen
-			}
-		}
-		st, err := agent.LoadStatus(dir)
-		if err != nil {
-			return 1, err
-		}
-		out.HoldAbove = agent.DefaultHoldAbove
-		if st != nil {
-			out.AgentStatus = true
-			out.HoldAbove = st.HoldAbove
-			// A hold of an older declaration is the last pass's, not the
-			// saved declaration's (the agent has not judged it yet).
-			if st.Held != nil && st.Held.Generation == out.Generation {
-				out.Held = st.Held
-			}
-		}
-		out.Approved = agent.ApprovedDeclaration(dir)
-		if out.RosterHeld, err = agent.LoadRosterHold(dir); err != nil {
-			fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
-		}
-		if out.SetAside, err = dir.SetAside(); err != nil {
-			fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
-		}
-		if out.Frozen, err = agent.Frozen(dir); err != nil {
-			fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
-		}
-		if _, err := os.Stat(dir.Migrations()); err == nil {
-			gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: out.Machine})
-			if err != nil {
-				return 1, err
-			}
-			ms := gate.State()
-			out.Migration = &migrationJSON{Flag: string(ms.Flag), Paused: ms.Paused}
-			if out.Migration.Flag == "" {
-				out.Migration.Flag = string(spec.FlagOff)
-			}
 		}
 		if *output == "json" {
 			return 0, json.NewEncoder(env.stdout).Encode(out)
 		}
-		w := env.stdout
-		if decl == nil {
-			fmt.Fprintf(w, "no declaration applied yet in %s\n", dir.Path())
-		} else {
-			fmt.Fprintf(w, "machine %s: declaration %d (%d containers, mesh_names %s), roster %d\n", out.Machine, out.Generation, out.Containers, out.MeshNames, out.RosterGeneration)
-		}
-		switch {
-		case out.Held.Held():
-			fmt.Fprintf(w, "HELD: %s\n", out.Held)
-			for _, r := range out.Held.Replacements {
-				fmt.Fprintf(w, "  replace %s: %s\n", r.Container, r.Reason)
-			}
-			for _, r := range out.Held.Removals {
-				fmt.Fprintf(w, "  remove %s: %s\n", r.Container, r.Reason)
-			}
-		case out.Held != nil:
-			fmt.Fprintf(w, "%s\n", out.Held)
-		case out.HoldAbove == 0:
-			fmt.Fprintln(w, "blast-radius hold: off (--hold-above 0)")
-		default:
-			fmt.Fprintf(w, "blast-radius hold: a declaration replacing and removing more than %d containers waits for meshhost approve\n", out.HoldAbove)
-		}
-		if h := out.RosterHeld; h != nil {
-			fmt.Fprintf(w, "ROSTER HELD: the change from roster generation %d to %d drops too many names; roster %d keeps serving (meshhost roster diff %d %d shows it; meshhost roster accept %d releases it)\n",
-				h.Served, h.Newest, h.Served, h.Served, h.Newest, h.Newest)
-		}
-		for _, f := range out.SetAside {
-			fmt.Fprintf(w, "DAMAGED LOG set aside: %s (a record before its last was damaged; the records before it are served; look at it, then remove it)\n", f)
-		}
-		if out.Frozen != nil {
-			fmt.Fprintf(w, "FROZEN since %s", out.Frozen.Since.UTC().Format(time.RFC3339))
-			if out.Frozen.Reason != "" {
-				fmt.Fprintf(w, " (%s)", out.Frozen.Reason)
-			}
-			fmt.Fprintln(w, ": no container is created, replaced or removed until meshhost unfreeze; DNS keeps serving")
-		}
-		if m := out.Migration; m != nil {
-			paused := ""
-			if m.Paused {
-				paused = " (paused)"
-			}
-			fmt.Fprintf(w, "migration flag: %s%s\n", m.Flag, paused)
-		}
-		if !out.AgentStatus {
-			fmt.Fprintln(w, "(the agent has written no status here yet)")
-		}
+		printStatus(env.stdout, dir, &out, applied)
 		return 0, nil
+	}
+}
+
+// readStatus reads what status shows from the state directory; with
+// applied false, no declaration was applied yet.
+func readStatus(ctx context.Context, env *environment, dir statedir.Dir) (out statusJSON, applied bool, err error) {
+	decl, err := agent.LoadDeclaration(dir)
+	if err != nil {
+		return out, false, err
+	}
+	if decl != nil {
+		out.Machine, out.Generation, out.MeshNames, out.Containers = decl.Machine, decl.Generation, string(decl.MeshNames), len(decl.Containers)
+		// The roster in force is the resolver's: a NATS roster change
+		// moves it without saving the declaration again.
+		out.RosterGeneration = decl.Roster.Generation
+		if gen, err := agent.ServedGeneration(ctx, dir); err != nil {
+			fmt.Fprintf(env.stderr, "meshhost status: the roster shown is the one saved with the declaration: %v\n", err)
+		} else if gen != 0 {
+			out.RosterGeneration = gen
+		}
+	}
+	st, err := agent.LoadStatus(dir)
+	if err != nil {
+		return out, false, err
+	}
+	out.HoldAbove = agent.DefaultHoldAbove
+	if st != nil {
+		out.AgentStatus = true
+		out.HoldAbove = st.HoldAbove
+		// A hold of an older declaration is the last pass's, not the
+		// saved declaration's (the agent has not judged it yet).
+		if st.Held != nil && st.Held.Generation == out.Generation {
+			out.Held = st.Held
+		}
+	}
+	out.Approved = agent.ApprovedDeclaration(dir)
+	if out.RosterHeld, err = agent.LoadRosterHold(dir); err != nil {
+		fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
+	}
+	if out.SetAside, err = dir.SetAside(); err != nil {
+		fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
+	}
+	if out.Frozen, err = agent.Frozen(dir); err != nil {
+		fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
+	}
+	if _, err := os.Stat(dir.Migrations()); err == nil {
+		gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: out.Machine})
+		if err != nil {
+			return out, false, err
+		}
+		ms := gate.State()
+		out.Migration = &migrationJSON{Flag: string(ms.Flag), Paused: ms.Paused}
+		if out.Migration.Flag == "" {
+			out.Migration.Flag = string(spec.FlagOff)
+		}
+	}
+	return out, decl != nil, nil
+}
+
+// printStatus prints status as text.
+func printStatus(w io.Writer, dir statedir.Dir, out *statusJSON, applied bool) {
+	if !applied {
+		fmt.Fprintf(w, "no declaration applied yet in %s\n", dir.Path())
+	} else {
+		fmt.Fprintf(w, "machine %s: declaration %d (%d containers, mesh_names %s), roster %d\n", out.Machine, out.Generation, out.Containers, out.MeshNames, out.RosterGeneration)
+	}
+	switch {
+	case out.Held.Held():
+		fmt.Fprintf(w, "HELD: %s\n", out.Held)
+		for _, r := range out.Held.Replacements {
+			fmt.Fprintf(w, "  replace %s: %s\n", r.Container, r.Reason)
+		}
+		for _, r := range out.Held.Removals {
+			fmt.Fprintf(w, "  remove %s: %s\n", r.Container, r.Reason)
+		}
+	case out.Held != nil:
+		fmt.Fprintf(w, "%s\n", out.Held)
+	case out.HoldAbove == 0:
+		fmt.Fprintln(w, "blast-radius hold: off (--hold-above 0)")
+	default:
+		fmt.Fprintf(w, "blast-radius hold: a declaration replacing and removing more than %d containers waits for meshhost approve\n", out.HoldAbove)
+	}
+	if h := out.RosterHeld; h != nil {
+		fmt.Fprintf(w, "ROSTER HELD: the change from roster generation %d to %d drops too many names; roster %d keeps serving (meshhost roster diff %d %d shows it; meshhost roster accept %d releases it)\n",
+			h.Served, h.Newest, h.Served, h.Served, h.Newest, h.Newest)
+	}
+	for _, f := range out.SetAside {
+		fmt.Fprintf(w, "DAMAGED LOG set aside: %s (a record before its last was damaged; the records before it are served; look at it, then remove it)\n", f)
+	}
+	if out.Frozen != nil {
+		fmt.Fprintf(w, "FROZEN since %s", out.Frozen.Since.UTC().Format(time.RFC3339))
+		if out.Frozen.Reason != "" {
+			fmt.Fprintf(w, " (%s)", out.Frozen.Reason)
+		}
+		fmt.Fprintln(w, ": no container is created, replaced or removed until meshhost unfreeze; DNS keeps serving")
+	}
+	if m := out.Migration; m != nil {
+		paused := ""
+		if m.Paused {
+			paused = " (paused)"
+		}
+		fmt.Fprintf(w, "migration flag: %s%s\n", m.Flag, paused)
+	}
+	if !out.AgentStatus {
+		fmt.Fprintln(w, "(the agent has written no status here yet)")
 	}
 }
 

@@ -99,7 +99,7 @@ func TestExitCodes(t *testing.T) {
 		{name: "plan without the roster in force", args: []string{"plan", "--state", state, "--declaration", decl}, code: 1, stderr: "no plan without the roster in force"},
 		{name: "probe without podman", args: []string{"probe"}, code: 1, stderr: noPodman},
 		{name: "dns-check without podman", args: []string{"dns-check", "web", "a.internal", "--state", state}, code: 1, stderr: noPodman},
-		{name: "agent without podman", args: []string{"agent", "--state", state}, code: 1, stderr: noPodman},
+		{name: "agent without podman", args: []string{"agent", "--state", state}, code: exitConfig, stderr: noPodman},
 
 		{name: "status, no state directory", args: []string{"status", "--state", typo}, code: 1, stderr: "does not exist"},
 		{name: "dns-check, no state directory", args: []string{"dns-check", "web", "a.internal", "--state", typo}, code: 1, stderr: "does not exist"},

@@ -87,8 +87,8 @@ func TestAgentBadFlagsEndIt(t *testing.T) {
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			env := &environment{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
-			if code := run(t.Context(), env, append([]string{"agent", "--state", t.TempDir(), "--http", "off", "--push", "off"}, args...)); code != exitUsage {
-				t.Errorf("agent %v = %d, want %d (usage)", args, code, exitUsage)
+			if code := run(t.Context(), env, append([]string{"agent", "--state", t.TempDir(), "--http", "off", "--push", "off"}, args...)); code != exitConfig {
+				t.Errorf("agent %v = %d, want %d (configuration)", args, code, exitConfig)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/spf13/cobra"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -92,46 +93,50 @@ func defineDNSCheck(env *environment, fs *flag.FlagSet) runner {
 			}
 			return code, json.NewEncoder(env.stdout).Encode(out)
 		}
-		w := env.stdout
-		var nets []string
-		for _, n := range box.NetworkNames() {
-			nets = append(nets, fmt.Sprintf("%s (%s)", n, box.Networks[n]))
-		}
-		fmt.Fprintf(w, "container %s (pid %d) on %s\n", box.Name, box.PID, strings.Join(nets, ", "))
-		fmt.Fprintf(w, "resolv.conf: nameserver %v; search %v; options %v\n", rep.Nameservers, rep.Search, rep.Options)
-		switch rep.Kind {
-		case "mesh":
-			fmt.Fprintf(w, "%s: a mesh name; the roster in force (generation %d) says %v\n", rep.Name, rep.RosterGeneration, rep.RosterAddrs)
-		case "zone":
-			fmt.Fprintf(w, "%s: inside the mesh zone %q, not in the roster in force (generation %d)\n", rep.Name, rep.Zone, rep.RosterGeneration)
-		case "outside":
-			fmt.Fprintf(w, "%s: outside the mesh: meshhost's resolver forwards it upstream\n", rep.Name)
-		default:
-			fmt.Fprintf(w, "%s: no roster to judge it by (%v)\n", rep.Name, rosterErr)
-		}
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SERVER\tFROM\tMESHHOST\tVERDICT\tANSWER\tTIME\tWHY")
-		for _, r := range rep.Results {
-			who := "-"
-			if r.Meshhost {
-				who = "yes"
-			}
-			answer := "-"
-			if len(r.Answer) > 0 {
-				answer = fmt.Sprint(r.Answer)
-			} else if r.Rcode != "" {
-				answer = r.Rcode
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Server, orDashStr(r.Client), who, r.Verdict, answer,
-				time.Duration(r.LatencySeconds*float64(time.Second)).Round(100*time.Microsecond), r.Why)
-		}
-		tw.Flush()
-		if rep.Answered != "" {
-			fmt.Fprintf(w, "answered first: %s (musl takes the first answer, NXDOMAIN included; glibc asks in order)\n", rep.Answered)
-		} else {
-			fmt.Fprintln(w, "no server answered: lookups fail in this container")
-		}
+		printDNSCheck(env.stdout, box, rep, rosterErr)
 		return code, nil
+	}
+}
+
+// printDNSCheck prints a dns-check report as text.
+func printDNSCheck(w io.Writer, box podman.Sandbox, rep *dnscheck.Report, rosterErr error) {
+	var nets []string
+	for _, n := range box.NetworkNames() {
+		nets = append(nets, fmt.Sprintf("%s (%s)", n, box.Networks[n]))
+	}
+	fmt.Fprintf(w, "container %s (pid %d) on %s\n", box.Name, box.PID, strings.Join(nets, ", "))
+	fmt.Fprintf(w, "resolv.conf: nameserver %v; search %v; options %v\n", rep.Nameservers, rep.Search, rep.Options)
+	switch rep.Kind {
+	case "mesh":
+		fmt.Fprintf(w, "%s: a mesh name; the roster in force (generation %d) says %v\n", rep.Name, rep.RosterGeneration, rep.RosterAddrs)
+	case "zone":
+		fmt.Fprintf(w, "%s: inside the mesh zone %q, not in the roster in force (generation %d)\n", rep.Name, rep.Zone, rep.RosterGeneration)
+	case "outside":
+		fmt.Fprintf(w, "%s: outside the mesh: meshhost's resolver forwards it upstream\n", rep.Name)
+	default:
+		fmt.Fprintf(w, "%s: no roster to judge it by (%v)\n", rep.Name, rosterErr)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tFROM\tMESHHOST\tVERDICT\tANSWER\tTIME\tWHY")
+	for _, r := range rep.Results {
+		who := "-"
+		if r.Meshhost {
+			who = "yes"
+		}
+		answer := "-"
+		if len(r.Answer) > 0 {
+			answer = fmt.Sprint(r.Answer)
+		} else if r.Rcode != "" {
+			answer = r.Rcode
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Server, orDashStr(r.Client), who, r.Verdict, answer,
+			time.Duration(r.LatencySeconds*float64(time.Second)).Round(100*time.Microsecond), r.Why)
+	}
+	tw.Flush()
+	if rep.Answered != "" {
+		fmt.Fprintf(w, "answered first: %s (musl takes the first answer, NXDOMAIN included; glibc asks in order)\n", rep.Answered)
+	} else {
+		fmt.Fprintln(w, "no server answered: lookups fail in this container")
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/meshhost/meshhost/internal/agent/declsource"
-	"github.com/meshhost/meshhost/internal/plumbing/netflag"
 )
 
 // pushFlags are who may use the agent's push endpoint: --push-token-file
@@ -33,34 +32,33 @@ func (p *pushFlags) register(fs *flag.FlagSet) {
 // access checks the flags against the endpoint addr (as --push gives it;
 // "" is the default unix socket) and returns its Access.
 func (p *pushFlags) access(addr string) (declsource.Access, error) {
+	a, key, err := p.check(addr)
+	if err != nil {
+		return a, fmt.Errorf("--%s: %w", key, err)
+	}
+	return a, nil
+}
+
+// check is access, its fault naming the flag at fault (key).
+func (p *pushFlags) check(addr string) (a declsource.Access, key string, err error) {
 	unix := addr == "" || strings.HasPrefix(addr, "unix:")
 	switch {
 	case addr == "off":
-		return declsource.Access{}, nil
+		return declsource.Access{}, "", nil
 	case unix && p.tokenFile != "":
-		return declsource.Access{}, errors.New("--push-token-file is for a TCP --push endpoint (ip:port); a unix socket admits root and --push-allow-uid")
+		return declsource.Access{}, "push-token-file", errors.New("is for a TCP --push endpoint (ip:port); a unix socket admits root and --push-allow-uid")
 	case unix:
-		return declsource.Access{AllowUIDs: p.uids}, nil
+		return declsource.Access{AllowUIDs: p.uids}, "", nil
 	case len(p.uids) > 0:
-		return declsource.Access{}, errors.New("--push-allow-uid is for a unix socket --push endpoint; a TCP endpoint admits the holders of --push-token-file")
+		return declsource.Access{}, "push-allow-uid", errors.New("is for a unix socket --push endpoint; a TCP endpoint admits the holders of --push-token-file")
 	case p.tokenFile == "":
-		return declsource.Access{}, fmt.Errorf("--push %s: a TCP push endpoint needs --push-token-file FILE (root's, mode 0600: umask 077; head -c 32 /dev/urandom | base64 > /etc/meshhost/push.token), or use a unix socket (--push unix:/path.sock)", addr)
+		return declsource.Access{}, "push", fmt.Errorf("%s: a TCP push endpoint needs --push-token-file FILE (root's, mode 0600: umask 077; head -c 32 /dev/urandom | base64 > /etc/meshhost/push.token), or use a unix socket (--push unix:/path.sock)", addr)
 	}
 	tok, err := declsource.ReadToken(p.tokenFile)
 	if err != nil {
-		return declsource.Access{}, fmt.Errorf("--push-token-file: %w", err)
+		return declsource.Access{}, "push-token-file", err
 	}
-	return declsource.Access{Token: tok}, nil
-}
-
-// checkHTTP refuses an --http address other machines could reach unless
-// remote is set (--http-remote): it serves metrics and health, which name
-// containers and networks, though never a declaration's values.
-func checkHTTP(addr string, remote bool) error {
-	if addr == "off" {
-		return nil
-	}
-	return netflag.Loopback{Flag: "--http", RemoteFlag: "--http-remote", Serves: "metrics and health", Example: "127.0.0.1:9469"}.Check(addr, remote)
+	return declsource.Access{Token: tok}, "", nil
 }
 
 // pushToken returns the token a client of the push endpoint at addr sends:

@@ -230,8 +230,8 @@ func TestAgentRefusesAnOpenEndpoint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"agent", "--runtime", "memory", "--state", filepath.Join(dir, "state"), "--http", "off"}, tc.args...)
 			code, _, stderr := runCLI(t, nil, args...)
-			if code != exitUsage || !strings.Contains(stderr, tc.want) {
-				t.Errorf("meshhost %s = exit %d, %q; want exit %d naming %q", strings.Join(args, " "), code, stderr, exitUsage, tc.want)
+			if code != exitConfig || !strings.Contains(stderr, tc.want) {
+				t.Errorf("meshhost %s = exit %d, %q; want exit %d naming %q", strings.Join(args, " "), code, stderr, exitConfig, tc.want)
 			}
 		})
 	}
@@ -240,7 +240,7 @@ func TestAgentRefusesAnOpenEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		code, _, stderr := runCLI(t, nil, "agent", "--runtime", "memory", "--state", filepath.Join(dir, "state"), "--http", "off", "--push", "127.0.0.1:0", "--push-token-file", good)
-		if code != exitUsage || !strings.Contains(stderr, "chown root") {
+		if code != exitConfig || !strings.Contains(stderr, "chown root") {
 			t.Errorf("a token file owned by uid 65534: exit %d, %q; want a refusal naming chown", code, stderr)
 		}
 	}

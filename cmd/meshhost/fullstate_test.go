@@ -7,7 +7,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/http"
 	"os"
@@ -24,9 +23,6 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/testkit/dnstest"
 	"github.com/meshhost/meshhost/internal/testkit/fullfs"
-	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
-	"github.com/meshhost/meshhost/reconcile"
-	"github.com/meshhost/meshhost/reconcile/memory"
 )
 
 // fsDecl is a declaration of n containers and roster generation gen, whose
@@ -205,47 +201,5 @@ func fsCheckState(t *testing.T, state string, files map[string]string, gen uint6
 	}
 	if tmps := fullfs.TempFiles(t, state); len(tmps) != 0 {
 		t.Errorf("temporary files left behind: %v", tmps)
-	}
-}
-
-// TestReconcileStateOnFullDisk: the reconciler's budget and adoptions file
-// cannot be written on a full disk: the error is logged naming the file
-// and ENOSPC, the previous file stays whole, and the next save tries
-// again.
-func TestReconcileStateOnFullDisk(t *testing.T) {
-	dir := fullfs.Mount(t, 256<<10)
-	path := statedir.New(dir).Reconciler()
-	rec, err := reconcile.New(reconcile.Config{Runtime: memory.New(memory.Options{}), Owner: "full"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncbuf.Buffer{}
-	logger := slog.New(slog.NewTextHandler(logs, nil))
-	prev := saveReconcileState(path, rec, nil, logger)
-	if prev == nil {
-		t.Fatalf("saving the reconciler state: %s", logs.String())
-	}
-	old, _ := os.ReadFile(path)
-	release := fullfs.Fill(t, dir, 0)
-	// A state that differs from the one on disk must be written.
-	if got := saveReconcileState(path, rec, []byte("other"), logger); string(got) != "other" {
-		t.Errorf("a failed save returned %q, want the previous state kept", got)
-	}
-	if !strings.Contains(logs.String(), "saving reconciler state") || !strings.Contains(logs.String(), path) ||
-		!strings.Contains(logs.String(), "no space left on device") {
-		t.Errorf("log %q: want the failed save naming %s and the full disk", logs.String(), path)
-	}
-	if now, _ := os.ReadFile(path); string(now) != string(old) {
-		t.Errorf("the state file changed on a full disk: %q -> %q", old, now)
-	}
-	if st, data := loadReconcileState(path, logger); data == nil || st.Version != reconcileStateVersion {
-		t.Errorf("the state file does not load after the failed save: %+v", st)
-	}
-	if tmps := fullfs.TempFiles(t, dir); len(tmps) != 0 {
-		t.Errorf("temporary files left behind: %v", tmps)
-	}
-	release()
-	if got := saveReconcileState(path, rec, []byte("other"), logger); string(got) == "other" {
-		t.Error("the save after space came back did not write")
 	}
 }

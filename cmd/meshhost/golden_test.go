@@ -110,7 +110,7 @@ func TestGoldenJSON(t *testing.T) {
 		{name: "migrate-status", args: []string{"migrate", "status"}, code: exitError},
 		{name: "migrate-pause", args: []string{"migrate", "pause"}},
 		{name: "migrate-resume", args: []string{"migrate", "resume"}},
-		{name: "config-check", args: []string{"config", "check", "--config", config}},
+		{name: "config-check", args: []string{"config", "check", "--config", config, "--machine", "golden"}}, // the default machine is the host name
 		{name: "version", args: []string{"version"}, bare: true},
 		{name: "demo", args: []string{"demo"}, bare: true},
 		{name: "error", args: []string{"approve", "9", "--state", filepath.Join(f.state, "typo")}, code: exitError, bare: true},

@@ -31,6 +31,7 @@ const (
 	exitChanges = 2  // meshhost plan: the plan has changes
 	exitProbe   = 3  // meshhost probe, dns-check: a probe or a lookup failed
 	exitUsage   = 64 // a flag, an argument or a value the command does not take (sysexits' EX_USAGE)
+	exitConfig  = 78 // meshhost agent, config check: the configuration is refused (sysexits' EX_CONFIG); the units do not restart the agent for it
 )
 
 // command is one subcommand. Each lives in its own file and registers itself
@@ -74,6 +75,18 @@ type environment struct {
 	// it (plan, explain). Nil: podman. Tests give the runtime of an agent
 	// they run in-process.
 	openRuntime func(ctx context.Context, uri string) (rt reconcile.Runtime, inPlaceUpdates bool, err error)
+	// defaultConfig is where operator commands look for the agent's
+	// configuration without --config; "": defaultConfig, the package's.
+	defaultConfig string
+}
+
+// agentConfig is the agent's configuration file operator commands read
+// when not told (see operatorConfig).
+func (env *environment) agentConfig() string {
+	if env.defaultConfig != "" {
+		return env.defaultConfig
+	}
+	return defaultConfig
 }
 
 // runtime connects to the container runtime at uri (see openRuntime).
@@ -268,6 +281,7 @@ func cobraCommand(env *environment, c command, out *outcome) *cobra.Command {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	runIt := c.define(env, fs)
+	fromAgent := addOperatorConfig(fs, operatorConfigKeys[c.name])
 	cc.Flags().AddGoFlagSet(fs)
 	cc.Flags().SortFlags = false
 	cc.RunE = func(cmd *cobra.Command, args []string) error {
@@ -276,7 +290,13 @@ func cobraCommand(env *environment, c command, out *outcome) *cobra.Command {
 				return finish(exitUsage, err)
 			}
 		}
-		return finish(runIt(withGivenFlags(cmd), args))
+		ctx := withGivenFlags(cmd)
+		if fromAgent != nil {
+			if err := fromAgent.apply(ctx, env); err != nil {
+				return finish(exitConfig, err)
+			}
+		}
+		return finish(runIt(ctx, args))
 	}
 	return cc
 }

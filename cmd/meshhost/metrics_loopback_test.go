@@ -14,7 +14,8 @@ import (
 // TestMetricsEndpointsAreLoopbackOnly: the agent's --http and the
 // resolver's --metrics follow one rule (netflag.Loopback): an address off
 // loopback stops the command at its start, naming the flag that lets it
-// (--http-remote, --metrics-remote), on every address form.
+// (--http-remote, --metrics-remote), on every address form. The agent
+// exits with the configuration's code (78), the resolver with usage's (64).
 func TestMetricsEndpointsAreLoopbackOnly(t *testing.T) {
 	dir := t.TempDir()
 	roster := filepath.Join(dir, "roster.json")
@@ -23,9 +24,10 @@ func TestMetricsEndpointsAreLoopbackOnly(t *testing.T) {
 		for _, c := range []struct {
 			args   []string
 			remote string
+			exit   int
 		}{
-			{[]string{"agent", "--runtime", "memory", "--state", filepath.Join(dir, "state"), "--push", "off", "--http", addr}, "--http-remote"},
-			{[]string{"resolver", "--roster", roster, "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9", "--metrics", addr}, "--metrics-remote"},
+			{[]string{"agent", "--runtime", "memory", "--state", filepath.Join(dir, "state"), "--push", "off", "--http", addr}, "--http-remote", exitConfig},
+			{[]string{"resolver", "--roster", roster, "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9", "--metrics", addr}, "--metrics-remote", exitUsage},
 		} {
 			// Bounded: a command that takes the address serves until
 			// stopped.
@@ -34,11 +36,11 @@ func TestMetricsEndpointsAreLoopbackOnly(t *testing.T) {
 			code := run(ctx, &environment{stdout: io.Discard, stderr: &errb, getenv: func(string) string { return "" }}, c.args)
 			cancel()
 			stderr := errb.String()
-			if code != exitUsage || !strings.Contains(stderr, c.remote) || !strings.Contains(stderr, "not a loopback address") {
+			if code != c.exit || !strings.Contains(stderr, c.remote) || !strings.Contains(stderr, "not a loopback address") {
 				if len(stderr) > 300 {
 					stderr = stderr[:300] + "..."
 				}
-				t.Errorf("meshhost %s = exit %d, %q; want exit %d naming %s", strings.Join(c.args, " "), code, stderr, exitUsage, c.remote)
+				t.Errorf("meshhost %s = exit %d, %q; want exit %d naming %s", strings.Join(c.args, " "), code, stderr, c.exit, c.remote)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/spf13/cobra"
+	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -47,40 +48,10 @@ func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 		if err != nil {
 			return 1, err
 		}
-		switch sub {
-		case "pause", "resume":
-			change, done := gate.Pause, "paused: no container changes its name mode (the switch, either way) until meshhost migrate resume"
-			if sub == "resume" {
-				change, done = gate.Resume, "resumed: containers switch name mode as the flag and the probes say"
-			}
-			if err := change(); err != nil {
-				return exitError, err
-			}
-			st := gate.State()
-			if *output == "json" {
-				return exitOK, json.NewEncoder(env.stdout).Encode(struct {
-					State migrateStateJSON `json:"state"`
-				}{migrateStateOf(st, gate.Auto())})
-			}
-			fmt.Fprintf(env.stdout, "migration %s\n", done)
-			return exitOK, nil
-		case "status":
+		if sub == "pause" || sub == "resume" {
+			return migratePause(env, gate, sub == "pause", *output == "json")
 		}
-
-		*socket = podmanSocket(env, *socket)
-		var observed []reconcile.Observed
-		var listErr string
-		if *socket != "" {
-			p, err := podman.New(ctx, *socket, nil)
-			if err == nil {
-				observed, err = p.List(ctx)
-			}
-			if err != nil {
-				listErr = err.Error()
-			}
-		} else {
-			listErr = "no podman socket given (--podman): containers not listed"
-		}
+		observed, listErr := listObserved(ctx, podmanSocket(env, *socket))
 		st, auto := gate.State(), gate.Auto()
 		containers := gate.Status(gate.ObservedContainers(observed), observed, nil)
 		if *output == "json" {
@@ -94,61 +65,104 @@ func defineMigrate(env *environment, fs *flag.FlagSet) runner {
 				ListError  string                       `json:"list_error,omitempty"`
 			}{migrateStateOf(st, auto), orEmpty(containers), listErr})
 		}
-		paused := ""
-		if st.Paused {
-			paused = fmt.Sprintf(" (PAUSED since %s)", st.PausedAt.Format(time.RFC3339))
-		}
-		fmt.Fprintf(env.stdout, "flag: %s%s\n\n", cmp.Or(string(st.Flag), "off"), paused)
-		tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NETWORK\tKIND\tMODE\tSTRATEGY\tUSED\tLAST PROBE\tRESULT\tREASON")
-		names := make([]string, 0, len(st.Networks))
-		for n, ns := range st.Networks {
-			if ns.Present {
-				names = append(names, n)
-			}
-		}
-		slices.Sort(names)
-		for _, n := range names {
-			ns := st.Networks[n]
-			mode, strategy, at, res, reason := "copy", "-", "never", "-", ""
-			if ns.Resolve {
-				mode = "resolve"
-			}
-			if ns.Proven != nil {
-				strategy = string(ns.Proven.Strategy)
-			}
-			if ns.Last != nil {
-				at, reason = ns.Last.At.Format(time.RFC3339), ns.Last.Reason
-				res = "pass"
-				if !ns.Last.Pass {
-					res = fmt.Sprintf("FAIL (%d in a row)", ns.Failures)
-				}
-			}
-			if why := st.ProofMismatch(n); why != "" {
-				reason = why // a proof of another address: not counted
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n, ns.Kind, mode, strategy, usedColumn(st, n), at, res, reason)
-		}
-		tw.Flush()
-		if st.Flag == spec.FlagAuto {
-			fmt.Fprintf(env.stdout, "\n%s\n", autoLine(auto))
-		}
-		fmt.Fprintln(env.stdout)
+		printMigrateNetworks(env.stdout, st, auto)
 		if listErr != "" {
 			fmt.Fprintf(env.stdout, "containers: %s\n", listErr)
 			return 1, nil
 		}
-		counts := map[migrations.Phase]int{}
-		tw = tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "CONTAINER\tNETWORKS\tCURRENT\tTARGET\tPHASE\tREASON")
-		for _, c := range containers {
-			counts[c.Phase]++
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, strings.Join(c.Networks, ","), cmp.Or(string(c.Current), "-"), c.Target, c.Phase, c.Reason)
-		}
-		tw.Flush()
-		fmt.Fprintf(env.stdout, "\n%d done, %d pending, %d failed\n", counts[migrations.PhaseDone], counts[migrations.PhasePending], counts[migrations.PhaseFailed])
+		printMigrateContainers(env.stdout, containers)
 		return 0, nil
 	}
+}
+
+// migratePause pauses (pause) or resumes the migration.
+func migratePause(env *environment, gate *migrations.Gate, pause, asJSON bool) (int, error) {
+	change, done := gate.Resume, "resumed: containers switch name mode as the flag and the probes say"
+	if pause {
+		change, done = gate.Pause, "paused: no container changes its name mode (the switch, either way) until meshhost migrate resume"
+	}
+	if err := change(); err != nil {
+		return exitError, err
+	}
+	if asJSON {
+		return exitOK, json.NewEncoder(env.stdout).Encode(struct {
+			State migrateStateJSON `json:"state"`
+		}{migrateStateOf(gate.State(), gate.Auto())})
+	}
+	fmt.Fprintf(env.stdout, "migration %s\n", done)
+	return exitOK, nil
+}
+
+// listObserved lists the containers of podman at socket, or says why not.
+func listObserved(ctx context.Context, socket string) (observed []reconcile.Observed, listErr string) {
+	if socket == "" {
+		return nil, "no podman socket given (--podman): containers not listed"
+	}
+	p, err := podman.New(ctx, socket, nil)
+	if err == nil {
+		observed, err = p.List(ctx)
+	}
+	if err != nil {
+		listErr = err.Error()
+	}
+	return observed, listErr
+}
+
+// printMigrateNetworks prints the flag and the networks' table.
+func printMigrateNetworks(w io.Writer, st *migrations.State, auto migrations.AutoStatus) {
+	paused := ""
+	if st.Paused {
+		paused = fmt.Sprintf(" (PAUSED since %s)", st.PausedAt.Format(time.RFC3339))
+	}
+	fmt.Fprintf(w, "flag: %s%s\n\n", cmp.Or(string(st.Flag), "off"), paused)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NETWORK\tKIND\tMODE\tSTRATEGY\tUSED\tLAST PROBE\tRESULT\tREASON")
+	names := make([]string, 0, len(st.Networks))
+	for n, ns := range st.Networks {
+		if ns.Present {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		ns := st.Networks[n]
+		mode, strategy, at, res, reason := "copy", "-", "never", "-", ""
+		if ns.Resolve {
+			mode = "resolve"
+		}
+		if ns.Proven != nil {
+			strategy = string(ns.Proven.Strategy)
+		}
+		if ns.Last != nil {
+			at, reason = ns.Last.At.Format(time.RFC3339), ns.Last.Reason
+			res = "pass"
+			if !ns.Last.Pass {
+				res = fmt.Sprintf("FAIL (%d in a row)", ns.Failures)
+			}
+		}
+		if why := st.ProofMismatch(n); why != "" {
+			reason = why // a proof of another address: not counted
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n, ns.Kind, mode, strategy, usedColumn(st, n), at, res, reason)
+	}
+	tw.Flush()
+	if st.Flag == spec.FlagAuto {
+		fmt.Fprintf(w, "\n%s\n", autoLine(auto))
+	}
+	fmt.Fprintln(w)
+}
+
+// printMigrateContainers prints the containers' table and their counts.
+func printMigrateContainers(w io.Writer, containers []migrations.ContainerStatus) {
+	counts := map[migrations.Phase]int{}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONTAINER\tNETWORKS\tCURRENT\tTARGET\tPHASE\tREASON")
+	for _, c := range containers {
+		counts[c.Phase]++
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, strings.Join(c.Networks, ","), cmp.Or(string(c.Current), "-"), c.Target, c.Phase, c.Reason)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n%d done, %d pending, %d failed\n", counts[migrations.PhaseDone], counts[migrations.PhasePending], counts[migrations.PhaseFailed])
 }
 
 // usedColumn says whether a declared container uses network n, as the

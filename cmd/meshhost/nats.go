@@ -89,6 +89,41 @@ type declarationFiles []string
 func (d *declarationFiles) String() string     { return strings.Join(*d, ",") }
 func (d *declarationFiles) Set(v string) error { *d = append(*d, v); return nil }
 
+// readPublished reads and checks what publish is to publish: the roster
+// (of rosterPath, else the declarations' one) and the declarations.
+func readPublished(rosterPath string, decls declarationFiles) (*spec.Roster, []*spec.Declaration, error) {
+	var roster *spec.Roster
+	var parsed []*spec.Declaration
+	for _, path := range decls {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		d, err := specjson.ParseDeclaration(data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", path, err)
+		}
+		parsed = append(parsed, d)
+	}
+	if rosterPath != "" {
+		data, err := os.ReadFile(rosterPath)
+		if err != nil {
+			return nil, nil, err
+		}
+		if roster, err = specjson.ParseRoster(data); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", rosterPath, err)
+		}
+		return roster, parsed, nil
+	}
+	roster = parsed[0].Roster
+	for i, d := range parsed[1:] {
+		if d.Roster.Generation != roster.Generation {
+			return nil, nil, fmt.Errorf("%s carries roster generation %d, %s carries %d: pass the roster with --roster", decls[i+1], d.Roster.Generation, decls[0], roster.Generation)
+		}
+	}
+	return roster, parsed, nil
+}
+
 func definePublish(env *environment, fs *flag.FlagSet) runner {
 	url := fs.String("nats", "", "the NATS server: nats://HOST:4222 or tls://HOST:4222 (default $MESHHOST_NATS_URL)")
 	nf := addNATSFlags(fs)
@@ -109,34 +144,9 @@ func definePublish(env *environment, fs *flag.FlagSet) runner {
 		}
 
 		// Everything is read and checked before anything is written.
-		var roster *spec.Roster
-		var parsed []*spec.Declaration
-		for _, path := range decls {
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return 1, err
-			}
-			d, err := specjson.ParseDeclaration(data)
-			if err != nil {
-				return 1, fmt.Errorf("%s: %w", path, err)
-			}
-			parsed = append(parsed, d)
-		}
-		if *rosterPath != "" {
-			data, err := os.ReadFile(*rosterPath)
-			if err != nil {
-				return 1, err
-			}
-			if roster, err = specjson.ParseRoster(data); err != nil {
-				return 1, fmt.Errorf("%s: %w", *rosterPath, err)
-			}
-		} else {
-			roster = parsed[0].Roster
-			for i, d := range parsed[1:] {
-				if d.Roster.Generation != roster.Generation {
-					return 1, fmt.Errorf("%s carries roster generation %d, %s carries %d: pass the roster with --roster", decls[i+1], d.Roster.Generation, decls[0], roster.Generation)
-				}
-			}
+		roster, parsed, err := readPublished(*rosterPath, decls)
+		if err != nil {
+			return 1, err
 		}
 
 		ctx, cancel := context.WithTimeout(ctx, *timeout)

@@ -219,7 +219,7 @@ func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, ser
 	if err != nil {
 		return nil, err
 	}
-	rstate, _ := loadReconcileState(dir.Reconciler(), slog.New(slog.DiscardHandler))
+	rstate, _ := agent.LoadReconcileState(dir.Reconciler(), slog.New(slog.DiscardHandler))
 	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: decl.Machine, NoInPlaceUpdates: !inPlace, Adoptions: rstate.Adoptions, BudgetUsed: rstate.BudgetUsed})
 	if err != nil {
 		return nil, err

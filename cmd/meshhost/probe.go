@@ -62,22 +62,9 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 		// typo must not cost a probe run, and its results.
 		var gate *migrations.Gate
 		if *stateDir != "" {
-			dir, err := existingState(*stateDir)
-			if err != nil {
-				return exitError, err
-			}
-			if gate, err = migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations()}); err != nil {
-				return exitError, err
-			}
-			// A proof recorded for the agent proves the addresses its
-			// resolver is exposed on, not this command's: the agent's,
-			// as its gate records them (the defaults until it has).
-			set := gate.State().Settings
-			if nl, err = agentAddress(ctx, fs, "node-local", nl, set.NodeLocal, migrations.DefaultNodeLocal, dir.Migrations()); err != nil {
-				return exitUsage, err
-			}
-			if lo, err = agentAddress(ctx, fs, "loopback", lo, set.Loopback, migrations.DefaultLoopback, dir.Migrations()); err != nil {
-				return exitUsage, err
+			var code int
+			if gate, nl, lo, code, err = openProbeGate(ctx, fs, *stateDir, nl, lo); err != nil {
+				return code, err
 			}
 		}
 		*socket = podmanSocket(env, *socket)
@@ -91,35 +78,11 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 		if err != nil {
 			return 1, err
 		}
-		bin := *binary
-		if bin == "" {
-			if bin, err = migrations.FindProbeBinary(); err != nil {
-				return 1, err
-			}
-		}
-		image, err := migrations.ProbeImage(ctx, p, bin)
+		runner, closeRunner, err := newProbeRunner(ctx, p, *binary, nl, lo)
 		if err != nil {
 			return 1, err
 		}
-		stub, err := startStubUpstream(ctx)
-		if err != nil {
-			return 1, err
-		}
-		srv, err := resolver.New(resolver.Config{Upstreams: []netip.AddrPort{stub}})
-		if err != nil {
-			return 1, err
-		}
-		defer srv.Close()
-		if err := srv.Update(&spec.Roster{Generation: 1, Zones: []string{probeZone}}); err != nil {
-			return 1, err
-		}
-		runner, err := migrations.NewRunner(migrations.RunnerConfig{
-			Runtime: p, Resolver: srv, Image: image, Zone: probeZone,
-			Outside: probeOutside, OutsideWant: probeOutsideAddr, NodeLocal: nl, Loopback: lo,
-		})
-		if err != nil {
-			return 1, err
-		}
+		defer closeRunner()
 		var prefer map[string]migrations.Strategy
 		if gate != nil {
 			prefer = gate.Strategies()
@@ -137,30 +100,97 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 				return 1, err
 			}
 		}
-		code := 0
-		for _, r := range results {
-			if !r.Pass {
-				code = 3
-			}
-		}
-		if *output == "json" {
-			out := probeJSON(results)
-			if gate != nil {
-				st := gate.State()
-				for i := range out {
-					out[i].Used = usedOf(st, out[i].Network)
-				}
-			}
-			return code, json.NewEncoder(env.stdout).Encode(out)
-		}
-		printProbeTable(env, results)
-		if gate != nil && gate.State().Flag == spec.FlagAuto {
-			// What the results recorded mean for the switch: a failing
-			// network no declared container uses holds nothing back.
-			fmt.Fprintf(env.stdout, "\n%s\n", autoLine(gate.Auto()))
-		}
-		return code, nil
+		return printProbe(env, gate, results, *output == "json")
 	}
+}
+
+// openProbeGate opens the migration gate of the state directory dir, to
+// record the results in, and returns the addresses to probe: the agent's,
+// as its gate records them, unless the flags say.
+func openProbeGate(ctx context.Context, fs *flag.FlagSet, stateDir string, nl, lo netip.Addr) (*migrations.Gate, netip.Addr, netip.Addr, int, error) {
+	dir, err := existingState(stateDir)
+	if err != nil {
+		return nil, nl, lo, exitError, err
+	}
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations()})
+	if err != nil {
+		return nil, nl, lo, exitError, err
+	}
+	// A proof recorded for the agent proves the addresses its resolver is
+	// exposed on, not this command's: the agent's, as its gate records
+	// them (the defaults until it has).
+	set := gate.State().Settings
+	if nl, err = agentAddress(ctx, fs, "node-local", nl, set.NodeLocal, migrations.DefaultNodeLocal, dir.Migrations()); err != nil {
+		return nil, nl, lo, exitUsage, err
+	}
+	if lo, err = agentAddress(ctx, fs, "loopback", lo, set.Loopback, migrations.DefaultLoopback, dir.Migrations()); err != nil {
+		return nil, nl, lo, exitUsage, err
+	}
+	return gate, nl, lo, 0, nil
+}
+
+// newProbeRunner makes the probe's runner: its image from the meshprobe
+// binary (bin, or found), and a resolver of its own whose upstream is a
+// stub; closeRunner closes that resolver.
+func newProbeRunner(ctx context.Context, p *podman.Runtime, bin string, nl, lo netip.Addr) (runner *migrations.Runner, closeRunner func(), err error) {
+	if bin == "" {
+		if bin, err = migrations.FindProbeBinary(); err != nil {
+			return nil, nil, err
+		}
+	}
+	image, err := migrations.ProbeImage(ctx, p, bin)
+	if err != nil {
+		return nil, nil, err
+	}
+	stub, err := startStubUpstream(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := resolver.New(resolver.Config{Upstreams: []netip.AddrPort{stub}})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := srv.Update(&spec.Roster{Generation: 1, Zones: []string{probeZone}}); err != nil {
+		srv.Close()
+		return nil, nil, err
+	}
+	runner, err = migrations.NewRunner(migrations.RunnerConfig{
+		Runtime: p, Resolver: srv, Image: image, Zone: probeZone,
+		Outside: probeOutside, OutsideWant: probeOutsideAddr, NodeLocal: nl, Loopback: lo,
+	})
+	if err != nil {
+		srv.Close()
+		return nil, nil, err
+	}
+	return runner, func() { srv.Close() }, nil
+}
+
+// printProbe prints the results (with the gate's, when recorded); exit 3
+// when a network failed.
+func printProbe(env *environment, gate *migrations.Gate, results []migrations.Result, asJSON bool) (int, error) {
+	code := 0
+	for _, r := range results {
+		if !r.Pass {
+			code = exitProbe
+		}
+	}
+	if asJSON {
+		out := probeJSON(results)
+		if gate != nil {
+			st := gate.State()
+			for i := range out {
+				out[i].Used = usedOf(st, out[i].Network)
+			}
+		}
+		return code, json.NewEncoder(env.stdout).Encode(out)
+	}
+	printProbeTable(env, results)
+	if gate != nil && gate.State().Flag == spec.FlagAuto {
+		// What the results recorded mean for the switch: a failing
+		// network no declared container uses holds nothing back.
+		fmt.Fprintf(env.stdout, "\n%s\n", autoLine(gate.Auto()))
+	}
+	return code, nil
 }
 
 func printProbeTable(env *environment, results []migrations.Result) {

@@ -462,35 +462,9 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		if v := recover(); v != nil {
 			err = a.recovered(ctx, "the pass", v)
 		}
-		st := &status{at: time.Now(), err: err, report: a.status.Load().report, exposed: a.exposedLocked()}
-		if rep != nil {
-			rep.Duration = time.Since(start)
-			rep.DurationSeconds = rep.Duration.Seconds()
-			st.report = rep
-			if a.cfg.AfterPass != nil {
-				// The pass's own result stands; health says what failed after it.
-				if perr := a.afterPass(rep); perr != nil {
-					st.err = errors.Join(st.err, perr)
-				}
-			}
-		}
-		// A pass whose state could not be saved after it has not succeeded:
-		// the same verdict as Health's.
-		a.metrics.pass(st.err, time.Since(start), time.Now())
-		a.status.Store(st)
+		a.endPassLocked(start, rep, err)
 	}()
-	a.rosterMu.Lock()
-	if a.inForce == nil {
-		// Once, after a start: the saved roster the resolver serves.
-		// Asked before there is a declaration too, so that the Source
-		// refuses a first one whose roster is older, or reuses its
-		// generation with other names. A resolver that does not answer
-		// yet is asked again below, where the roster is needed.
-		if err := a.readInForceLocked(ctx); err != nil {
-			a.log.WarnContext(ctx, "the roster in force is unknown until the resolver answers", "err", err)
-		}
-	}
-	a.rosterMu.Unlock()
+	a.readInForceOnce(ctx)
 	head, ok := a.cfg.Source.Head()
 	if !ok {
 		return nil, nil // nothing declared yet: serve the saved roster, touch nothing
@@ -508,22 +482,12 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	}
 
 	// 1. The roster reaches the resolver first; no container is touched.
-	a.rosterMu.Lock()
-	roster, unsaved, err := a.rosterInForceLocked(ctx, head)
-	unsaved, a.unsaved = errors.Join(unsaved, a.unsaved), nil
-	var zones []string
-	if err == nil {
-		zones = roster.Zones
-		rep.RosterGeneration = roster.Generation
-		ctx = logging.WithAttrs(ctx, "roster_generation", roster.Generation)
-		if a.heldRoster != nil {
-			rep.RosterHeld = a.heldRoster.Error()
-		}
-	}
-	a.rosterMu.Unlock()
+	roster, unsaved, err := a.putRoster(ctx, head, rep)
 	if err != nil {
 		return rep, err
 	}
+	zones := roster.Zones
+	ctx = logging.WithAttrs(ctx, "roster_generation", roster.Generation)
 
 	// 2. The gate: the declaration's flag and the networks its containers
 	// use (under auto, only those hold the switch back; every network
@@ -579,6 +543,64 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	a.recordDeclarationLocked(ctx, head)
 	a.metrics.declaration.Set(float64(decl.Generation))
 	return rep, errors.Join(unsaved, res.Err(), a.compactDeclaration())
+}
+
+// endPassLocked records the end of a pass that began at start: its
+// status (health's), its report's duration, what AfterPass says, and
+// the pass metrics.
+func (a *Agent) endPassLocked(start time.Time, rep *Report, err error) {
+	syncs.AssertLocked(&a.mu)
+	st := &status{at: time.Now(), err: err, report: a.status.Load().report, exposed: a.exposedLocked()}
+	if rep != nil {
+		rep.Duration = time.Since(start)
+		rep.DurationSeconds = rep.Duration.Seconds()
+		st.report = rep
+		if a.cfg.AfterPass != nil {
+			// The pass's own result stands; health says what failed after it.
+			if perr := a.afterPass(rep); perr != nil {
+				st.err = errors.Join(st.err, perr)
+			}
+		}
+	}
+	// A pass whose state could not be saved after it has not succeeded:
+	// the same verdict as Health's.
+	a.metrics.pass(st.err, time.Since(start), time.Now())
+	a.status.Store(st)
+}
+
+// readInForceOnce reads, once after a start, the saved roster the
+// resolver serves. It is asked before there is a declaration too, so
+// that the Source refuses a first one whose roster is older, or reuses
+// its generation with other names. A resolver that does not answer yet
+// is asked again where the roster is needed (putRoster).
+func (a *Agent) readInForceOnce(ctx context.Context) {
+	a.rosterMu.Lock()
+	defer a.rosterMu.Unlock()
+	if a.inForce != nil {
+		return
+	}
+	if err := a.readInForceLocked(ctx); err != nil {
+		a.log.WarnContext(ctx, "the roster in force is unknown until the resolver answers", "err", err)
+	}
+}
+
+// putRoster is a pass's step 1: the roster in force for head reaches the
+// resolver (rosterInForceLocked), and rep says which it is and whether a
+// change is held. unsaved is what could not be saved of it, the earlier
+// passes' included.
+func (a *Agent) putRoster(ctx context.Context, head declsource.Head, rep *Report) (roster *spec.Roster, unsaved, err error) {
+	a.rosterMu.Lock()
+	defer a.rosterMu.Unlock()
+	roster, unsaved, err = a.rosterInForceLocked(ctx, head)
+	unsaved, a.unsaved = errors.Join(unsaved, a.unsaved), nil
+	if err != nil {
+		return nil, unsaved, err
+	}
+	rep.RosterGeneration = roster.Generation
+	if a.heldRoster != nil {
+		rep.RosterHeld = a.heldRoster.Error()
+	}
+	return roster, unsaved, nil
 }
 
 // recovered logs and counts a panic the agent recovered from in what, and

@@ -171,7 +171,7 @@ func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, e
 		}
 		// The agent's --http rule: an endpoint for the machine itself.
 		if err := (netflag.Loopback{Flag: "--metrics", RemoteFlag: "--metrics-remote", Serves: "metrics", Example: "127.0.0.1:9470"}).Check(f.metrics, f.metricsRemote); err != nil {
-			return nil, fmt.Errorf("%w: %w", err, ErrUsage)
+			return nil, fmt.Errorf("--metrics %w: %w", err, ErrUsage)
 		}
 	}
 	if f.stateDir != "" && f.state == "" {

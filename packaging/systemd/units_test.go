@@ -213,6 +213,8 @@ func TestContinuityDirectives(t *testing.T) {
 			"CapabilityBoundingSet": "CAP_NET_BIND_SERVICE",
 			"ProtectSystem":         "strict",
 			"ExecStart":             "--config /etc/meshhost/agent.toml",
+			// cmd/meshhost's exitConfig and exitUsage (TestUnitPreventsConfigRestart there)
+			"RestartPreventExitStatus": "64 78",
 		}},
 	} {
 		t.Run(tc.unit, func(t *testing.T) {

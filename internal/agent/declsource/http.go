@@ -63,13 +63,10 @@ func Listen(addr string, a Access) (*Endpoint, error) {
 		}
 		return &Endpoint{Listener: &peercred.Listener{Listener: l, Allowed: peercred.Allow(a.AllowUIDs...), What: "push endpoint", Log: a.Log}}, nil
 	}
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("push endpoint %q: want unix:/path or a loopback ip:port: %w", addr, err)
+	if err := CheckAddr(addr); err != nil {
+		return nil, fmt.Errorf("push endpoint %w", err)
 	}
-	if !ap.Addr().IsLoopback() {
-		return nil, fmt.Errorf("push endpoint %q: only a unix socket or a loopback address is allowed", addr)
-	}
+	ap := netip.MustParseAddrPort(addr)
 	if len(a.Token) == 0 {
 		return nil, fmt.Errorf("push endpoint %q: a TCP push endpoint needs a token: give --push-token-file FILE (a file only root can read, holding a random token of at least %d characters), or push through a unix socket (--push unix:/path.sock)", addr, MinTokenLen)
 	}
@@ -78,6 +75,25 @@ func Listen(addr string, a Access) (*Endpoint, error) {
 		return nil, fmt.Errorf("push endpoint: %w", err)
 	}
 	return &Endpoint{Listener: l, token: slices.Clone(a.Token)}, nil
+}
+
+// CheckAddr checks a push endpoint's address as Listen takes it:
+// unix:PATH, or a loopback ip:port.
+func CheckAddr(addr string) error {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if strings.TrimPrefix(path, "//") == "" {
+			return fmt.Errorf("%q: want unix:/path.sock", addr)
+		}
+		return nil
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: want unix:/path.sock or a loopback ip:port, e.g. 127.0.0.1:8080", addr)
+	}
+	if !ap.Addr().IsLoopback() {
+		return fmt.Errorf("%q: only a unix socket or a loopback address is allowed (the endpoint takes declarations): e.g. 127.0.0.1:%d, or unix:/run/meshhost/push.sock", addr, ap.Port())
+	}
+	return nil
 }
 
 // Guard returns h behind the endpoint's rule: on TCP, a request without

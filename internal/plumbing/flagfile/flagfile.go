@@ -77,29 +77,53 @@ func ApplyData(fs *flag.FlagSet, path string, data []byte, given map[string]bool
 	if err != nil {
 		return nil, err
 	}
+	applied, err := apply(fs, path, vals, given)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(applied))
+	for i, v := range applied {
+		keys[i] = v.Key
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// Read is ApplyData for a command that checks everything before it
+// stops: it applies the file's sound keys even when others are faulty,
+// and returns the values applied (in the file's order, with their lines)
+// and every fault of the file, joined.
+func Read(fs *flag.FlagSet, path string, data []byte, given map[string]bool, skip ...string) ([]Value, error) {
+	vals, verr := Values(fs, path, data, skip...)
+	applied, err := apply(fs, path, vals, given)
+	return applied, errors.Join(verr, err)
+}
+
+// apply sets on fs each of vals that given (nil: what fs.Visit sees) does
+// not name, and returns those it set and the values refused.
+func apply(fs *flag.FlagSet, path string, vals []Value, given map[string]bool) ([]Value, error) {
 	if given == nil {
 		given = map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	}
 	var errs []error
-	var keys []string
+	var applied []Value
 	for _, v := range vals {
 		if given[v.Key] {
 			continue
 		}
+		var err error
 		for _, s := range v.Strings {
-			if err := fs.Set(v.Key, s); err != nil {
+			if err = fs.Set(v.Key, s); err != nil {
 				errs = append(errs, &Error{Path: path, Line: v.Line, Key: v.Key, Err: fmt.Errorf("invalid value %q: %w", s, err)})
 				break
 			}
 		}
-		keys = append(keys, v.Key)
+		if err == nil {
+			applied = append(applied, v)
+		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	slices.Sort(keys)
-	return keys, nil
+	return applied, errors.Join(errs...)
 }
 
 // Value is one key of a file, as the strings its flag is set with (more
@@ -112,7 +136,9 @@ type Value struct {
 
 // Values reads a file's keys against fs's flags, checking that each names
 // a flag (not one of skip) and has a value of the flag's kind, and returns
-// them in the file's order. It sets nothing.
+// them in the file's order. It sets nothing. With an error (every fault,
+// joined), it returns the sound keys too, or none when the file is not
+// TOML.
 func Values(fs *flag.FlagSet, path string, data []byte, skip ...string) ([]Value, error) {
 	var doc map[string]any
 	if _, err := toml.Decode(string(data), &doc); err != nil {
@@ -147,11 +173,11 @@ func Values(fs *flag.FlagSet, path string, data []byte, skip ...string) ([]Value
 		}
 		out = append(out, Value{Key: key, Line: lines[key], Strings: strs})
 	}
+	slices.SortFunc(out, func(a, b Value) int { return a.Line - b.Line })
 	if len(errs) > 0 {
 		slices.SortFunc(errs, func(a, b error) int { return a.(*Error).Line - b.(*Error).Line })
-		return nil, errors.Join(errs...)
+		return out, errors.Join(errs...)
 	}
-	slices.SortFunc(out, func(a, b Value) int { return a.Line - b.Line })
 	return out, nil
 }
 
@@ -262,15 +288,24 @@ func keyLines(data []byte) map[string]int {
 // suggest returns the flag name closest to key (at most two edits away),
 // or "".
 func suggest(fs *flag.FlagSet, key string, skip []string) string {
-	best, bestD := "", 3
+	var names []string
 	fs.VisitAll(func(f *flag.Flag) {
-		if slices.Contains(skip, f.Name) {
-			return
-		}
-		if d := distance(key, f.Name); d < bestD {
-			best, bestD = f.Name, d
+		if !slices.Contains(skip, f.Name) {
+			names = append(names, f.Name)
 		}
 	})
+	return Closest(key, names)
+}
+
+// Closest returns the word of words closest to w, at most two edits away
+// (Levenshtein), or "": the "did you mean" of a misspelt key or value.
+func Closest(w string, words []string) string {
+	best, bestD := "", 3
+	for _, c := range words {
+		if d := distance(w, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
 	return best
 }
 

@@ -155,3 +155,22 @@ func TestApplyGivenByAnotherParser(t *testing.T) {
 		t.Errorf("keys applied (-want +got):\n%s", diff)
 	}
 }
+
+// TestReadAppliesTheSoundKeys: Read, for a command that checks everything
+// before it stops, sets the sound keys of a faulty file and reports every
+// fault, the refused values' among them.
+func TestReadAppliesTheSoundKeys(t *testing.T) {
+	f := newFlags()
+	f.fs.Parse(nil)
+	vals, err := Read(f.fs, "agent.toml", []byte("state = \"/srv\"\nbudgett = 1\nbudget-window = \"x\"\nbudget = 5\n"), nil, "config")
+	want := "agent.toml:2: budgett: unknown key: no flag --budgett (did you mean budget?)\nagent.toml:3: budget-window: \"x\" is not a duration (write e.g. \"30s\" or \"2m\")"
+	if err == nil || err.Error() != want {
+		t.Errorf("err = %v, want\n%s", err, want)
+	}
+	if *f.state != "/srv" || *f.budget != 5 {
+		t.Errorf("state, budget = %q, %d; want the file's /srv and 5", *f.state, *f.budget)
+	}
+	if diff := cmp.Diff([]Value{{Key: "state", Line: 1, Strings: []string{"/srv"}}, {Key: "budget", Line: 4, Strings: []string{"5"}}}, vals); diff != "" {
+		t.Errorf("values applied (-want +got):\n%s", diff)
+	}
+}

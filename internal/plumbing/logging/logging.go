@@ -166,6 +166,29 @@ func Priority(l slog.Level) int {
 	return 7
 }
 
+// ParseLevel reads a log level as an operator writes it: debug, info,
+// warn or error in any case (slog's names, with its offsets such as
+// "warn+2"), and warning, the syslog spelling, for warn. An unknown word
+// is refused naming the levels, and the one it was likely meant to be.
+func ParseLevel(s string) (slog.Level, error) {
+	t := strings.TrimSpace(s)
+	if strings.EqualFold(t, "warning") {
+		t = "warn"
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(t)); err == nil {
+		return l, nil
+	}
+	err := fmt.Errorf("%q is not a log level: want debug, info, warn (or warning) or error", s)
+	for _, name := range []string{"debug", "info", "warn", "error"} {
+		// The four begin with four letters: the first names the one meant.
+		if t != "" && strings.EqualFold(t[:1], name[:1]) {
+			return 0, fmt.Errorf("%w (did you mean %s?)", err, name)
+		}
+	}
+	return 0, err
+}
+
 // Flags are --log-format and --log-level, for a command's flag set.
 type Flags struct {
 	Format string
@@ -186,8 +209,8 @@ func (f *Flags) RegisterFormat(fs *flag.FlagSet) {
 
 // Logger returns the logger the flags ask for, writing to w (see New).
 func (f Flags) Logger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.Level)); err != nil {
+	level, err := ParseLevel(f.Level)
+	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	l, err := New(w, Options{Format: f.Format, Level: level})

@@ -231,3 +231,36 @@ func TestDurationsInSeconds(t *testing.T) {
 		})
 	}
 }
+
+// TestParseLevel: the operator's spellings are taken (warning, the syslog
+// one, among them); an unknown word is refused naming the likely level.
+func TestParseLevel(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want slog.Level
+		err  string
+	}{
+		{in: "debug", want: slog.LevelDebug},
+		{in: "INFO", want: slog.LevelInfo},
+		{in: "warn", want: slog.LevelWarn},
+		{in: "warning", want: slog.LevelWarn},
+		{in: "Warning", want: slog.LevelWarn},
+		{in: "error", want: slog.LevelError},
+		{in: "warn+1", want: slog.LevelWarn + 1},
+		{in: "wrn", err: `"wrn" is not a log level: want debug, info, warn (or warning) or error (did you mean warn?)`},
+		{in: "erorr", err: "did you mean error?"},
+		{in: "loud", err: `"loud" is not a log level`},
+		{in: "", err: "is not a log level"},
+	} {
+		got, err := ParseLevel(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseLevel(%q) = %v, %v; want an error %q", tc.in, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseLevel(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}

@@ -18,14 +18,15 @@ type Loopback struct {
 }
 
 // Check returns an error unless addr (host:port) is on loopback or remote
-// is set.
+// is set. The error starts with addr, not the flag: the caller names the
+// flag or the configuration key the value came from.
 func (l Loopback) Check(addr string, remote bool) error {
 	if remote {
 		return nil
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("%s %q: want ip:port: %w", l.Flag, addr, err)
+		return fmt.Errorf("%q: want ip:port, e.g. %s: %w", addr, l.Example, err)
 	}
 	if host == "localhost" {
 		return nil
@@ -33,5 +34,5 @@ func (l Loopback) Check(addr string, remote bool) error {
 	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("%s %s: not a loopback address; %s would be served to other machines: give %s to mean it, or %s %s", l.Flag, addr, l.Serves, l.RemoteFlag, l.Flag, l.Example)
+	return fmt.Errorf("%s: not a loopback address; %s would be served to other machines: give %s to mean it, or %s %s", addr, l.Serves, l.RemoteFlag, l.Flag, l.Example)
 }

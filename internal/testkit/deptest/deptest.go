@@ -1,9 +1,11 @@
 // Package deptest states the module's dependency rules as tests, in the
 // spirit of tailscale's tstest/deptest: the leaves stay leaves, one package
 // talks to podman, no public package hands out an internal type, every
-// ...Locked function asserts its lock, and README's layout lists every
+// ...Locked function asserts its lock, no function of the agent's side is
+// too long or too complex to read, and README's layout lists every
 // package. The rules themselves are in rules_test.go; this file reads the
-// module with `go list` and go/ast, and needs nothing else.
+// module with `go list` and go/ast, and measures cognitive complexity
+// with github.com/uudashr/gocognit.
 package deptest
 
 import (
@@ -22,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/uudashr/gocognit"
 )
 
 // Package is one package as `go list -json` reports it.
@@ -337,4 +341,61 @@ func funcName(fn *ast.FuncDecl) string {
 		return fmt.Sprintf("(%s%s).%s", star, id.Name, fn.Name.Name)
 	}
 	return fn.Name.Name
+}
+
+// Oversized is a function over a size limit: where it is, its name, its
+// length in lines (from `func` to the closing brace) and its cognitive
+// complexity (gocognit's).
+type Oversized struct {
+	Pos        string // file.go:line
+	Name       string // as funcName gives it
+	Lines      int
+	Complexity int
+}
+
+func (o Oversized) String() string {
+	return fmt.Sprintf("%s: %s: %d lines, cognitive complexity %d", o.Pos, o.Name, o.Lines, o.Complexity)
+}
+
+// OversizedFuncs returns the functions of files (in dir) longer than
+// maxLines or of a cognitive complexity over maxComplexity, as
+// github.com/uudashr/gocognit measures it (the metric of G. Ann
+// Campbell's "Cognitive Complexity" white paper: +1 for each break in
+// the linear flow, plus its nesting depth for those that nest).
+func OversizedFuncs(dir string, files []string, maxLines, maxComplexity int) ([]Oversized, error) {
+	fset := token.NewFileSet()
+	var out []Oversized
+	for _, name := range files {
+		src, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		found, err := oversizedInFile(fset, name, src, maxLines, maxComplexity)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, found...)
+	}
+	return out, nil
+}
+
+// oversizedInFile is OversizedFuncs for one file's source.
+func oversizedInFile(fset *token.FileSet, name string, src []byte, maxLines, maxComplexity int) ([]Oversized, error) {
+	f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	var out []Oversized
+	for _, decl := range f.Decls {
+		fn, ok := decl.(*ast.FuncDecl)
+		if !ok || fn.Body == nil {
+			continue
+		}
+		lines := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line + 1
+		c := gocognit.Complexity(fn)
+		if lines > maxLines || c > maxComplexity {
+			out = append(out, Oversized{Pos: fset.Position(fn.Pos()).String(), Name: funcName(fn), Lines: lines, Complexity: c})
+		}
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package deptest
 
 import (
 	"go/token"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -261,6 +262,75 @@ func TestLockedWithoutAssertionFindsThem(t *testing.T) {
 			}
 			if got := len(found) > 0; got != tc.found {
 				t.Errorf("found = %t (%v), want %t for:\n%s", got, found, tc.found, tc.src)
+			}
+		})
+	}
+}
+
+// Function size limits of the agent's side (cmd/ and internal/agent,
+// tests excluded): issue #26's "a newcomer can read it in a day".
+const (
+	maxFuncLines      = 100
+	maxFuncComplexity = 40 // gocognit's cognitive complexity
+)
+
+// oversizedAllowed names the functions still over the limits, each with
+// who removes it; the list only shrinks.
+var oversizedAllowed = map[string]string{}
+
+// TestFunctionsReadable: no function in cmd/ or internal/agent (tests
+// excluded) is longer than maxFuncLines or of a cognitive complexity over
+// maxFuncComplexity: setup in phases, each a function a newcomer reads at
+// once (tailscaled's main is 143 lines and 51).
+func TestFunctionsReadable(t *testing.T) {
+	mod, pkgs := List(t, "./cmd/...", "./internal/agent/...")
+	stale := maps.Clone(oversizedAllowed)
+	for path, p := range pkgs {
+		rel := strings.TrimPrefix(path, mod+"/")
+		found, err := OversizedFuncs(p.Dir, p.GoFiles, maxFuncLines, maxFuncComplexity)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, f := range found {
+			delete(stale, rel+"."+f.Name)
+			if who, ok := oversizedAllowed[rel+"."+f.Name]; ok {
+				t.Logf("%s: %s (allowed until %s)", rel, f, who)
+				continue
+			}
+			t.Errorf("%s: %s; the limits are %d lines and %d: split it into phases, each a function", rel, f, maxFuncLines, maxFuncComplexity)
+		}
+	}
+	for name := range stale {
+		t.Errorf("oversizedAllowed names %s, which is within the limits now (or gone): take it off the list", name)
+	}
+}
+
+// TestOversizedFuncsMeasures checks the measure on functions of known
+// size and cognitive complexity (the scores of gocognit's own examples).
+func TestOversizedFuncsMeasures(t *testing.T) {
+	for _, tc := range []struct {
+		name, src  string
+		lines, cog int
+	}{
+		{"straight", "func f() int {\n\treturn 1\n}", 3, 0},
+		{"if else", "func f(x int) int {\n\tif x > 0 {\n\t\treturn 1\n\t} else {\n\t\treturn 2\n\t}\n}", 7, 2},
+		// gocognit's README: SumOfPrimes scores 7.
+		{"sum of primes", "func f(max int) int {\n\ttotal := 0\nOUT:\n\tfor i := 1; i < max; i++ {\n\t\tfor j := 2; j < i; j++ {\n\t\t\tif i%j == 0 {\n\t\t\t\tcontinue OUT\n\t\t\t}\n\t\t}\n\t\ttotal += i\n\t}\n\treturn total\n}", 13, 7},
+		// and GetWords, a switch, 1.
+		{"switch", "func f(n int) string {\n\tswitch n {\n\tcase 1:\n\t\treturn \"one\"\n\tdefault:\n\t\treturn \"lots\"\n\t}\n}", 8, 1},
+		{"logical operators", "func f(a, b, c, d bool) bool {\n\treturn a && b || c && d\n}", 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "package p\n" + tc.src + "\n"
+			all, err := oversizedInFile(token.NewFileSet(), "p.go", []byte(src), 0, -1)
+			if err != nil || len(all) != 1 {
+				t.Fatalf("oversizedInFile = %v, %v; want the one function", all, err)
+			}
+			if all[0].Lines != tc.lines || all[0].Complexity != tc.cog {
+				t.Errorf("%s: %d lines, complexity %d; want %d and %d", tc.name, all[0].Lines, all[0].Complexity, tc.lines, tc.cog)
+			}
+			if none, _ := oversizedInFile(token.NewFileSet(), "p.go", []byte(src), tc.lines, tc.cog); len(none) != 0 {
+				t.Errorf("at the limits exactly, reported %v", none)
 			}
 		})
 	}
