@@ -21,10 +21,22 @@ import (
 //	    command, entrypoint, env, working_dir, user, labels, ports, mounts,
 //	    networks, restart, stop_signal, stop_timeout, healthcheck, cap_add,
 //	    cap_drop, hosts, dns); fields at their default are omitted.
+//
+// The record label (Key.Record) of a version changes without a new version
+// as long as every meshhost that knows the version reads both forms:
+//
+//	v1 records, first form: the canonical document, env and label values
+//	    in clear.
+//	v1 records, keyed (issue #22): env and label values replaced by their
+//	    keyed hashes (HMAC-SHA256 with the machine's Key, in hex), and the
+//	    key named by recordKeyLabel among the labels. A container with a
+//	    record of the first form keeps it, and is judged by its digest,
+//	    until it is replaced for another reason.
 const Current = "v1"
 
 // Label names under which a managed container carries its digest and its
-// record (the full canonical settings, for Explain without an inspect).
+// record (the canonical settings, env and label values as keyed hashes, for
+// Key.ExplainRecord without an inspect).
 const (
 	LabelDigest = spec.LabelPrefix + "digest"
 	LabelRecord = spec.LabelPrefix + "record"
@@ -43,9 +55,17 @@ type version struct {
 	// represents reports whether every setting of r this version does not
 	// cover is at its default. If not, the version cannot vouch for r.
 	represents func(spec.Rendered) bool
-	// record and parseRecord write and read the full record label.
-	record      func(spec.Rendered) string
-	parseRecord func(string) (spec.Rendered, error)
+	// record and parseRecord write and read the record label.
+	record      func(*Key, spec.Rendered) string
+	parseRecord func(string) (parsed, error)
+}
+
+// parsed is a record label read back.
+type parsed struct {
+	r spec.Rendered
+	// key is the id of the Key its env and label values are hashed with,
+	// and "" for a record of the first form, which holds the values.
+	key string
 }
 
 // versions holds every version this meshhost understands. Only tests add to
@@ -101,16 +121,26 @@ func Matches(label string, desired spec.Rendered) (bool, error) {
 	return of(v, desired) == label, nil
 }
 
-// Record returns the record label of r in the current version: the full
-// canonical settings, including those updated in place, so that Explain can
-// name what changed from the labels of one List call.
-func Record(r spec.Rendered) string { return versions[Current].record(r) }
+// Record returns the record label of r in the current version: the
+// canonical settings, including those updated in place, so that
+// ExplainRecord can name what changed from the labels of one List call. The
+// values of env and labels are in it as their keyed hashes, never as
+// values: labels are copied into podman's event log (the journal, on a
+// systemd host), which more than root may read.
+func (k *Key) Record(r spec.Rendered) string { return versions[Current].record(k, r) }
 
 // ParseRecord reads a record label back into the settings it was made from.
+// The Env and Labels of a keyed record (Key.Record) map each key to the
+// keyed hash of its value, not to the value.
 func ParseRecord(label string) (spec.Rendered, error) {
+	p, err := parseRecord(label)
+	return p.r, err
+}
+
+func parseRecord(label string) (parsed, error) {
 	v, err := VersionOf(label)
 	if err != nil {
-		return spec.Rendered{}, err
+		return parsed{}, err
 	}
 	return versions[v].parseRecord(label)
 }

@@ -141,20 +141,51 @@ func canonicalV1(r spec.Rendered) []byte {
 	return b
 }
 
-func recordV1(r spec.Rendered) string {
-	b, err := json.Marshal(toDocV1(r))
+// recordKeyLabel marks a record whose env and label values are keyed
+// hashes (Key.sum) instead of values: its value is keyScheme and the key's
+// id. It sits among the record's labels, where no record made before keyed
+// records has one (userLabels drops meshhost's own), so that a record of
+// either kind reads unambiguously, and a meshhost from before keyed records
+// still reads a keyed one (it judges containers by their digest: a
+// downgrade replaces nothing).
+const recordKeyLabel = spec.LabelPrefix + "hash-key"
+
+// keyScheme is the keyed hash recordKeyLabel names.
+const keyScheme = "hmac-sha256:"
+
+func recordV1(k *Key, r spec.Rendered) string {
+	d := toDocV1(r)
+	d.Env = k.sums(d.Env)
+	d.Labels = k.sums(d.Labels)
+	if d.Labels == nil {
+		d.Labels = make(map[string]string, 1)
+	}
+	d.Labels[recordKeyLabel] = keyScheme + k.id
+	b, err := json.Marshal(d)
 	if err != nil {
 		panic("digest: encoding v1 record: " + err.Error())
 	}
 	return "v1:" + string(b)
 }
 
-func parseRecordV1(label string) (spec.Rendered, error) {
+func parseRecordV1(label string) (parsed, error) {
 	var d docV1
 	dec := json.NewDecoder(strings.NewReader(strings.TrimPrefix(label, "v1:")))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return spec.Rendered{}, fmt.Errorf("reading v1 record: %w", err)
+		return parsed{}, fmt.Errorf("reading v1 record: %w", err)
+	}
+	var key string
+	if v, ok := d.Labels[recordKeyLabel]; ok {
+		id, ok := strings.CutPrefix(v, keyScheme)
+		if !ok || id == "" {
+			return parsed{}, fmt.Errorf("reading v1 record: its values are hashed with %q, which this meshhost does not know", v)
+		}
+		key = id
+		delete(d.Labels, recordKeyLabel)
+		if len(d.Labels) == 0 {
+			d.Labels = nil
+		}
 	}
 	r := spec.Rendered{Mode: spec.Copy}
 	r.Name, r.Image, r.Command, r.Entrypoint = d.Name, d.Image, d.Command, d.Entrypoint
@@ -244,7 +275,7 @@ func parseRecordV1(label string) (spec.Rendered, error) {
 		r.Resources = spec.Resources{MemoryBytes: res.MemoryBytes, MilliCPUs: res.MilliCPUs, PidsLimit: res.PidsLimit}
 	}
 	if len(errs) > 0 {
-		return spec.Rendered{}, fmt.Errorf("reading v1 record: malformed %s", strings.Join(errs, ", "))
+		return parsed{}, fmt.Errorf("reading v1 record: malformed %s", strings.Join(errs, ", "))
 	}
-	return r, nil
+	return parsed{r: r, key: key}, nil
 }
