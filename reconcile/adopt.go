@@ -22,7 +22,7 @@ type Adoption struct {
 	ID     string
 	Name   string
 	Digest string // digest.Of the settings it runs with, as declared
-	Record string // digest.Record of the same
+	Record string // digest.Key.Record of the same
 	// Version is the AdoptionVersion of the Reconciler that adopted it.
 	Version int
 }
@@ -55,7 +55,7 @@ func (p *planner) compareFields(a Action, o *Observed, id identity) Action {
 		return a
 	}
 	a.StopTimeout = ins.Settings.StopTimeout
-	replace, inPlace := splitChanges(digest.Explain(declaredOnly(ins, a.Desired), *a.Desired))
+	replace, inPlace := splitChanges(p.key.Explain(declaredOnly(ins, a.Desired), *a.Desired))
 	why := "has no meshhost labels"
 	if id.managed {
 		v, _ := digest.VersionOf(id.digest)

@@ -234,7 +234,7 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 	}
 	switch o.Kind {
 	case Create:
-		id, err := r.rt.Create(ctx, labelled(*d, r.cfg.Owner))
+		id, err := r.rt.Create(ctx, labelled(*d, r.cfg.Owner, r.cfg.HashKey))
 		if err != nil {
 			return fmt.Errorf("creating %q: %w", o.Name, err)
 		}
@@ -281,7 +281,7 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 				return fmt.Errorf("adopting %q: updating in place: %w", o.Name, err)
 			}
 		}
-		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: digest.Of(rec), Record: digest.Record(rec), Version: AdoptionVersion})
+		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: digest.Of(rec), Record: r.cfg.HashKey.Record(rec), Version: AdoptionVersion})
 		if o.Running {
 			return nil
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshhost/meshhost/digest"
 )
 
 // Config is what a Reconciler needs. Runtime is required; every other field
@@ -85,6 +87,16 @@ type Config struct {
 	HealthTimeout time.Duration
 	// HealthPoll is how often that wait inspects the container. Default 1s.
 	HealthPoll time.Duration
+	// HashKey is the machine's key for the hashes that stand for env and
+	// label values in the record label of every container created
+	// (digest.Key.Record) and in every Change of a plan, its reasons and
+	// the log. The agent passes its state directory's, so that hashes
+	// compare across restarts and differ between machines. Nil: a key of
+	// this Reconciler's own (digest.NewRandomKey); the records of containers
+	// an earlier Reconciler created then cannot be compared value by value
+	// (digest.ErrOtherKey), and a reason says so. Nothing is ever replaced
+	// for it: the digest decides.
+	HashKey *digest.Key
 }
 
 // Budget bounds replacements and removals (Action.Disrupts): at most Max
@@ -140,6 +152,9 @@ func New(cfg Config) (*Reconciler, error) {
 	cfg.HealthPoll = cmp.Or(cfg.HealthPoll, time.Second)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.HashKey == nil {
+		cfg.HashKey = digest.NewRandomKey()
 	}
 	log := cfg.Logger
 	if log == nil {

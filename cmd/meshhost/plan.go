@@ -192,7 +192,11 @@ func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, ser
 		return nil, err
 	}
 	rstate, _ := loadReconcileState(dir.Reconciler(), slog.New(slog.DiscardHandler))
-	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: decl.Machine, NoInPlaceUpdates: !inPlace, Adoptions: rstate.Adoptions, BudgetUsed: rstate.BudgetUsed})
+	hashKey, err := dir.LoadHashKey() // the agent's: the hashes its records hold
+	if err != nil {
+		return nil, err
+	}
+	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: decl.Machine, NoInPlaceUpdates: !inPlace, Adoptions: rstate.Adoptions, BudgetUsed: rstate.BudgetUsed, HashKey: hashKey})
 	if err != nil {
 		return nil, err
 	}

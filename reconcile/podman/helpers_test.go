@@ -70,7 +70,7 @@ func withDigest(r spec.Rendered) spec.Rendered {
 		out.Labels = map[string]string{}
 	}
 	out.Labels[digest.LabelDigest] = digest.Of(r)
-	out.Labels[digest.LabelRecord] = digest.Record(r)
+	out.Labels[digest.LabelRecord] = digest.NewRandomKey().Record(r)
 	return out
 }
 
