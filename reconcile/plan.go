@@ -607,13 +607,15 @@ func (p *planner) explainReplace(record string, d *spec.Rendered) ([]digest.Chan
 		return nil, fmt.Sprintf("digest differs from the declaration (its record label is unreadable: %v)", err)
 	}
 	changes, _ := splitChanges(all)
+	const otherKey = "its record's env and label values were hashed with another key (the state directory's hash.key was made anew), and are not compared"
 	switch {
 	case len(changes) == 0 && err != nil:
-		// Another key: what differs may be an env or label value.
-		return nil, "digest differs from the declaration; its record's env and label values were hashed with another key, and cannot be compared"
+		return nil, "digest differs from the declaration; " + otherKey
 	case len(changes) == 0:
 		// The digest's version covers something its record does not show.
 		return nil, "digest differs from the declaration"
+	case err != nil:
+		return changes, joinChanges(changes) + "; " + otherKey
 	}
 	return changes, joinChanges(changes)
 }
