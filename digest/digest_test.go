@@ -215,13 +215,13 @@ func clearRecord(r spec.Rendered) string {
 	return "v1:" + string(b)
 }
 
-// TestUpgradeNeverReplaces simulates a meshhost that introduces digest v2
+// TestUpgradeNeverReplaces simulates a meshhost that introduces digest v3
 // with a new field: containers labelled v1 are judged by v1 and still match.
 func TestUpgradeNeverReplaces(t *testing.T) {
 	r := mustRender(t, typical(), testRoster(5), spec.Mode{Names: spec.Copy})
 	v1Label := Of(r)
 
-	versions["v2"] = version{
+	versions["v3"] = version{
 		canonical: func(r spec.Rendered) []byte {
 			return append(canonicalV1(r), []byte(`{"new_field":"default"}`)...)
 		},
@@ -229,13 +229,13 @@ func TestUpgradeNeverReplaces(t *testing.T) {
 		record:      recordV1,
 		parseRecord: parseRecordV1,
 	}
-	defer delete(versions, "v2")
-	if of("v2", r) == v1Label {
-		t.Fatal("test is broken: v2 digests equal v1 digests")
+	defer delete(versions, "v3")
+	if of("v3", r) == v1Label {
+		t.Fatal("test is broken: v3 digests equal v1 digests")
 	}
 
 	if ok, err := Matches(v1Label, r); !ok || err != nil {
-		t.Errorf("Matches(v1 label, same settings) under v2 = %v, %v; want true", ok, err)
+		t.Errorf("Matches(v1 label, same settings) under v3 = %v, %v; want true", ok, err)
 	}
 	changed := r
 	changed.Image = "other"

@@ -99,7 +99,7 @@ func (k *Key) ExplainRecord(record string, new spec.Rendered) ([]Change, error) 
 	}
 	changes := k.explain(toDocV1(p.r), p.key, toDocV1(new))
 	if p.key != "" && p.key != k.id {
-		return changes, fmt.Errorf("%w (key %s; this machine's is %s): was the state directory's hash.key made anew?", ErrOtherKey, p.key, k.id)
+		return changes, fmt.Errorf("the record's env and label values were %w (key %s; this machine's is %s): was the state directory's hash.key made anew?", ErrOtherKey, p.key, k.id)
 	}
 	return changes, nil
 }

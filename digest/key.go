@@ -20,11 +20,12 @@ const KeySize = 32
 // nothing of the value, however few values it could be.
 const HashLen = 4
 
-// ErrOtherKey is returned with the Changes of a record whose values were
-// hashed with another key than the one comparing them (the machine's key
-// was made anew since the container was created): env and label values
-// cannot be compared, only their keys.
-var ErrOtherKey = errors.New("the record's env and label values were hashed with another key")
+// ErrOtherKey is returned for a hash made with another key than the one
+// comparing it (the machine's key was made anew since the container was
+// created): with the Changes of a record (Key.ExplainRecord), whose env and
+// label values cannot be compared, only their keys; and by Key.Judges and
+// Key.Matches for a keyed digest, which cannot be compared at all.
+var ErrOtherKey = errors.New("hashed with another key")
 
 // Key is one machine's secret for the keyed value hashes. Wherever meshhost
 // records or shows a value of a field that may hold a secret
