@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/meshhost/meshhost/digest"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -281,7 +280,7 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 				return fmt.Errorf("adopting %q: updating in place: %w", o.Name, err)
 			}
 		}
-		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: digest.Of(rec), Record: r.cfg.HashKey.Record(rec), Version: AdoptionVersion})
+		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: r.cfg.HashKey.Of(rec), Record: r.cfg.HashKey.Record(rec), Version: AdoptionVersion})
 		if o.Running {
 			return nil
 		}

@@ -393,19 +393,11 @@ func (p *planner) toInspect() []string {
 			s.current = true
 			continue
 		}
-		if !s.id.managed || !knownVersion(s.id.digest) {
+		if !s.id.managed || p.key.Judges(s.id.digest) != nil {
 			ids = append(ids, s.ID)
 		}
 	}
 	return ids
-}
-
-func knownVersion(label string) bool {
-	if strings.HasPrefix(label, digest.Current+":") {
-		return true // what every container created since carries
-	}
-	_, err := digest.VersionOf(label)
-	return err == nil
 }
 
 func (p *planner) plan() *Plan {
@@ -543,7 +535,9 @@ func (p *planner) decide(d *spec.Rendered, s *seen) Action {
 		return keepOrStart(a) // judge's first case: the record is the declaration's
 	}
 	id := s.id
-	if !id.managed || !knownVersion(id.digest) {
+	if !id.managed || p.key.Judges(id.digest) != nil {
+		// No digest to judge it by: a version this meshhost does not know,
+		// or one keyed with another key than the machine's.
 		return p.compareFields(a, o, id)
 	}
 	switch match, record := p.judge(d, o, id); {
@@ -585,7 +579,7 @@ func (p *planner) judge(d *spec.Rendered, o *Observed, id identity) (bool, spec.
 	if id.record == p.record(d) {
 		return true, *d
 	}
-	ok, err := digest.Matches(id.digest, *d)
+	ok, err := p.key.Matches(id.digest, *d)
 	if err != nil || !ok {
 		return false, spec.Rendered{}
 	}

@@ -115,9 +115,10 @@ func TestClearRecordsUpgradeReplacesNothing(t *testing.T) {
 // TestRecordsKeyedPerMachine: two machines (two keys) label the same
 // container with other records; a Reconciler with the same key (a restart)
 // keeps a container without judging its digest again (the record is the
-// declaration's); one with another key (hash.key made anew) keeps it too,
-// by its digest, and says, when something else changes, that the env values
-// cannot be compared, instead of naming each one changed.
+// declaration's); one with another key (hash.key made anew) cannot judge
+// its keyed digest, and compares it field by field: it adopts it, and says,
+// when something else changes, that the hash key changed, instead of naming
+// each env value changed (TestLostHashKeyReplacesNothingUnchanged).
 func TestRecordsKeyedPerMachine(t *testing.T) {
 	ctx := context.Background()
 	d := clearRecordContainer(t, "postgres:16")
@@ -143,12 +144,19 @@ func TestRecordsKeyedPerMachine(t *testing.T) {
 		key  *digest.Key
 	}{{"the same key", keyA}, {"another key", keyB}} {
 		r := newReconciler(t, rt, func(c *reconcile.Config) { c.HashKey = tc.key })
-		if p, err := r.Plan(ctx, []spec.Rendered{d}); err != nil || len(p.Changes()) != 0 {
-			t.Errorf("%s: plan of the unchanged declaration = %v, %v; want nothing", tc.name, p, err)
+		p, err := r.Plan(ctx, []spec.Rendered{d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch ch := p.Changes(); {
+		case tc.key == keyA && len(ch) != 0:
+			t.Errorf("%s: plan of the unchanged declaration = %v; want nothing", tc.name, p)
+		case tc.key == keyB && (len(ch) != 1 || ch[0].Kind != reconcile.Adopt || !strings.HasPrefix(ch[0].Reason, "hash key changed: ")):
+			t.Errorf("%s: plan of the unchanged declaration = %v; want db adopted, the hash key named", tc.name, p)
 		}
 		next := clearRecordContainer(t, "postgres:17")
 		next.Env = map[string]string{"DB_PASSWORD": "n3w", "LOG": "info"}
-		p, err := r.Plan(ctx, []spec.Rendered{next})
+		p, err = r.Plan(ctx, []spec.Rendered{next})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +166,7 @@ func TestRecordsKeyedPerMachine(t *testing.T) {
 		}
 		want := fmt.Sprintf("image: postgres:16 -> postgres:17; env: ~DB_PASSWORD (%s→%s)", keyA.ValueHash(clearSecret), keyA.ValueHash("n3w"))
 		if tc.key == keyB {
-			want = "image: postgres:16 -> postgres:17; its record's env and label values were hashed with another key (the state directory's hash.key was made anew), and are not compared"
+			want = "image: postgres:16 -> postgres:17; hash key changed: its digest label was made with another key than the state directory's hash.key (made anew since)"
 		}
 		if reason != want {
 			t.Errorf("%s: reason = %q, want %q", tc.name, reason, want)
