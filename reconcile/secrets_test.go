@@ -3,6 +3,8 @@ package reconcile_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -138,5 +140,80 @@ func TestSecretValuesReachNoLabelLogOrChange(t *testing.T) {
 		if strings.Contains(all, v) {
 			t.Errorf("the value %q appears in a label, a log line, a reason or a change:\n%s", v, all)
 		}
+	}
+}
+
+// TestNoLabelConfirmsAGuessedSecret is the class test of guessing: a
+// container's labels reach podman's event log (the journal), and show every
+// field but the secret values. For every field spec.SecretValues names, a
+// container holds a low-entropy secret; whoever knows the rest of its
+// declaration and guesses the secret rightly must still not be able to
+// reproduce any of meshhost's labels, nor any hash in the log, the plan or
+// the outcomes, by an unkeyed hash: not the v1 digest (digest.Of) of the
+// declaration with the guess, nor the SHA-256 of the guess.
+func TestNoLabelConfirmsAGuessedSecret(t *testing.T) {
+	const secret = "hunter2"
+	guesses := []string{"123456", "password", secret, "letmein"}
+	for _, f := range spec.Fields {
+		if !spec.SecretValues(f.Name) {
+			continue
+		}
+		set := secretSetters[f.Name]
+		if set == nil {
+			t.Fatalf("spec.SecretValues(%q) holds, and this test cannot set it: add it to secretSetters", f.Name)
+		}
+		t.Run(f.Name, func(t *testing.T) {
+			withSecret := func(v string) spec.Rendered {
+				c := container("db", "postgres:16")
+				set(&c, "DB_PASSWORD", v)
+				set(&c, "LOG", "info")
+				return render(t, c, nil, resolveMode)
+			}
+			var logs bytes.Buffer
+			rt := memory.New(memory.Options{})
+			r := newReconciler(t, rt, func(c *reconcile.Config) {
+				c.Owner = "ace"
+				c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			})
+			// Created, then replaced for another value: both labels and
+			// the change's hashes are out there.
+			var shown []string
+			for _, v := range []string{"first-" + secret, secret} {
+				res := mustReconcile(t, r, []spec.Rendered{withSecret(v)})
+				for _, o := range res.Outcomes {
+					js, _ := json.Marshal(o.Changes)
+					shown = append(shown, o.Reason, string(js))
+				}
+			}
+			ct, ok := rt.Container("db")
+			if !ok {
+				t.Fatal("db was not created")
+			}
+			var labels []string
+			for k, v := range ct.Labels {
+				if strings.HasPrefix(k, spec.LabelPrefix) {
+					labels = append(labels, k+"="+v)
+				}
+			}
+			public := strings.Join(labels, "\n") + "\n" + strings.Join(shown, "\n") + "\n" + logs.String()
+			if !strings.Contains(public, digest.LabelDigest+"=") || !strings.Contains(public, "DB_PASSWORD") {
+				t.Fatalf("the labels, log or outcomes are not what this test greps:\n%s", public)
+			}
+			for _, g := range guesses {
+				v1 := digest.Of(withSecret(g))
+				if g == secret && v1 != digest.Of(ct.Settings) {
+					t.Fatal("test is broken: the right guess does not rebuild the container's v1 digest")
+				}
+				sum := sha256.Sum256([]byte(g))
+				for what, h := range map[string]string{
+					"the v1 digest": strings.TrimPrefix(v1, "v1:sha256:"),
+					"the SHA-256":   hex.EncodeToString(sum[:]),
+				} {
+					if strings.Contains(public, h) {
+						t.Errorf("%s of the declaration with the guess %q is in a label, the log or an outcome:\n%s", what, g, public)
+					}
+				}
+			}
+		})
 	}
 }
