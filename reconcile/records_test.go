@@ -38,7 +38,7 @@ func clearRecordContainer(t *testing.T, image string) spec.Rendered {
 // no create. It keeps its old label until it is replaced for another
 // reason; then its new record holds no value, and the reason names only
 // what changed (its env, compared value by value from the old record, did
-// not).
+// not), and its new digest is keyed (v2).
 func TestClearRecordsUpgradeReplacesNothing(t *testing.T) {
 	d := clearRecordContainer(t, "postgres:16")
 	if got := digest.Of(d); got != clearDigest {
@@ -108,6 +108,9 @@ func TestClearRecordsUpgradeReplacesNothing(t *testing.T) {
 			if got.ID == id || strings.Contains(record, clearSecret) || !strings.Contains(record, `"DB_PASSWORD"`) {
 				t.Errorf("after its replacement db (%s) has the record %q: want a new container whose record names DB_PASSWORD without its value", got.ID, record)
 			}
+			if dg := got.Labels[digest.LabelDigest]; !strings.HasPrefix(dg, "v2:hmac-sha256:") || testKey.Judges(dg) != nil || strings.Contains(dg, strings.TrimPrefix(digest.Of(next), "v1:sha256:")) {
+				t.Errorf("after its replacement db has the digest %q, want the keyed v2 digest (not the unkeyed v1 one)", dg)
+			}
 		})
 	}
 }
@@ -172,4 +175,95 @@ func TestRecordsKeyedPerMachine(t *testing.T) {
 			t.Errorf("%s: reason = %q, want %q", tc.name, reason, want)
 		}
 	}
+}
+
+// TestLostHashKeyReplacesNothingUnchanged: the machine's hash key is lost
+// and made anew (another key), so no container's keyed digest can be
+// judged. Each is inspected once and judged field by field: an unchanged one
+// is adopted (kept: no restart, whatever their number), pass after pass;
+// one whose declaration changed is replaced, by its env value (seen by the
+// inspection), by an env key no longer declared (seen by its record, which
+// the inspection cannot tell from the image's environment) or by its image,
+// each reason saying "hash key changed"; what is then created carries the
+// new key's digest.
+func TestLostHashKeyReplacesNothingUnchanged(t *testing.T) {
+	keyA, keyB := digest.NewRandomKey(), digest.NewRandomKey()
+	decl := func(i int, image string, env map[string]string) spec.Rendered {
+		c := container(fmt.Sprintf("db%d", i), image)
+		c.Env = env
+		return render(t, c, nil, resolveMode)
+	}
+	before := func(i int) spec.Rendered {
+		return decl(i, "postgres:16", map[string]string{"DB_PASSWORD": "hunter2", "LOG": "info"})
+	}
+	setup := func() (*memory.Runtime, []spec.Rendered) {
+		rt := memory.New(memory.Options{})
+		var ds []spec.Rendered
+		for i := range 4 {
+			ds = append(ds, before(i))
+		}
+		mustReconcile(t, newReconciler(t, rt, func(c *reconcile.Config) { c.HashKey = keyA }), ds)
+		rt.ResetCalls()
+		return rt, ds
+	}
+
+	t.Run("unchanged", func(t *testing.T) {
+		rt, ds := setup()
+		r := newReconciler(t, rt, func(c *reconcile.Config) { c.HashKey = keyB })
+		for pass := range 3 {
+			res := mustReconcile(t, r, ds)
+			for _, o := range res.Outcomes {
+				switch {
+				case pass == 0 && (o.Kind != reconcile.Adopt || !strings.HasPrefix(o.Reason, "hash key changed: ") || !strings.HasSuffix(o.Reason, "; its settings match the declaration")):
+					t.Errorf("pass %d: %s %s (%s), want adopted, the hash key named", pass, o.Kind, o.Name, o.Reason)
+				case pass > 0 && o.Kind != reconcile.Keep:
+					t.Errorf("pass %d: %s %s (%s), want kept", pass, o.Kind, o.Name, o.Reason)
+				}
+			}
+		}
+		for _, m := range []string{"Create", "Remove", "Stop", "Update", "Rename"} {
+			if n := rt.Calls(m); n != 0 {
+				t.Errorf("3 passes with another key made %d %s calls, want none", n, m)
+			}
+		}
+		if n := rt.Calls("Inspect"); n != len(ds) {
+			t.Errorf("3 passes with another key made %d Inspect calls, want %d (one per container, once)", n, len(ds))
+		}
+	})
+
+	t.Run("changed", func(t *testing.T) {
+		rt, _ := setup()
+		r := newReconciler(t, rt, func(c *reconcile.Config) { c.HashKey = keyB })
+		ds := []spec.Rendered{
+			decl(0, "postgres:16", map[string]string{"DB_PASSWORD": "hunter3", "LOG": "info"}), // a value
+			decl(1, "postgres:16", map[string]string{"DB_PASSWORD": "hunter2"}),                // a key gone
+			decl(2, "postgres:17", map[string]string{"DB_PASSWORD": "hunter2", "LOG": "info"}), // the image
+			before(3),
+		}
+		want := map[string]reconcile.Kind{"db0": reconcile.Replace, "db1": reconcile.Replace, "db2": reconcile.Replace, "db3": reconcile.Adopt}
+		wantIn := map[string]string{"db0": "env: ~DB_PASSWORD (", "db1": "env: -LOG (", "db2": "image: postgres:16 -> postgres:17"}
+		res := mustReconcile(t, r, ds)
+		if len(res.Outcomes) != len(ds) {
+			t.Fatalf("outcomes %+v, want one for each of %d containers", res.Outcomes, len(ds))
+		}
+		for _, o := range res.Outcomes {
+			if o.Kind != want[o.Name] || !strings.Contains(o.Reason, "hash key changed: ") || !strings.Contains(o.Reason, wantIn[o.Name]) {
+				t.Errorf("%s %s (%s), want %s, the hash key named, and %q", o.Kind, o.Name, o.Reason, want[o.Name], wantIn[o.Name])
+			}
+			if strings.Contains(o.Reason, "hunter") {
+				t.Errorf("%s: the reason %q carries a value", o.Name, o.Reason)
+			}
+		}
+		for _, d := range ds[:3] {
+			got, _ := rt.Container(d.Name)
+			if err := keyB.Judges(got.Labels[digest.LabelDigest]); err != nil {
+				t.Errorf("%s replaced with the digest %q: %v, want the new key's", d.Name, got.Labels[digest.LabelDigest], err)
+			}
+		}
+		for _, o := range mustReconcile(t, r, ds).Outcomes {
+			if o.Kind != reconcile.Keep {
+				t.Errorf("the pass after: %s %s (%s), want kept", o.Kind, o.Name, o.Reason)
+			}
+		}
+	})
 }
