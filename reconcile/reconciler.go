@@ -87,15 +87,19 @@ type Config struct {
 	HealthTimeout time.Duration
 	// HealthPoll is how often that wait inspects the container. Default 1s.
 	HealthPoll time.Duration
-	// HashKey is the machine's key for the hashes that stand for env and
-	// label values in the record label of every container created
-	// (digest.Key.Record) and in every Change of a plan, its reasons and
-	// the log. The agent passes its state directory's, so that hashes
-	// compare across restarts and differ between machines. Nil: a key of
-	// this Reconciler's own (digest.NewRandomKey); the records of containers
-	// an earlier Reconciler created then cannot be compared value by value
-	// (digest.ErrOtherKey), and a reason says so. Nothing is ever replaced
-	// for it: the digest decides.
+	// HashKey is the machine's key for the digest label of every container
+	// created (digest.Key.Of, keyed so that a guessed env or label value
+	// cannot be checked against it), for the hashes that stand for env and
+	// label values in its record label (digest.Key.Record), and in every
+	// Change of a plan, its reasons and the log. The agent passes its state
+	// directory's, so that hashes compare across restarts and differ
+	// between machines. Nil: a key of this Reconciler's own
+	// (digest.NewRandomKey). The digests of containers created under
+	// another key (an earlier Reconciler's, or a hash.key lost and made
+	// anew) cannot be judged: each is inspected once and compared field by
+	// field, kept (adopted) when it matches and replaced when it differs,
+	// its reason saying "hash key changed"; containers labelled before
+	// digest v2 are judged by their v1 digest.
 	HashKey *digest.Key
 }
 
