@@ -19,7 +19,9 @@ import (
 // carries it in its environment (inspect's Config.Env) and nowhere else
 // podman shows: not in any label (inspect's Config.Labels: the record label
 // holds a keyed hash), and not in podman's event log for it (which copies
-// the labels: the journal, on a systemd host, readable by the adm group).
+// the labels: the journal, on a systemd host, readable by the adm group);
+// nor the unkeyed digest of the declaration, which whoever guesses the value
+// rebuilds (the digest label is keyed: v2).
 func TestEnvValuesStayOutOfLabelsAndEvents(t *testing.T) {
 	const secret = "s3cr3t-hunter2-5e1f0c"
 	prt, h := newRuntime(t)
@@ -49,9 +51,15 @@ func TestEnvValuesStayOutOfLabelsAndEvents(t *testing.T) {
 	if !strings.Contains(cfg.Labels[digest.LabelRecord], `"DB_PASSWORD"`) {
 		t.Fatalf("record label %q does not name DB_PASSWORD: the test proves nothing", cfg.Labels[digest.LabelRecord])
 	}
+	// Whoever guesses the value rightly rebuilds d, and its unkeyed (v1)
+	// digest: no label may be checked against it.
+	unkeyed := strings.TrimPrefix(digest.Of(d), "v1:sha256:")
 	for k, v := range cfg.Labels {
 		if strings.Contains(v, secret) {
 			t.Errorf("podman inspect: label %s carries the env value: %s", k, v)
+		}
+		if strings.Contains(v, unkeyed) {
+			t.Errorf("podman inspect: label %s carries the unkeyed digest of the declaration, which checks a guessed value: %s", k, v)
 		}
 	}
 
@@ -72,11 +80,14 @@ func TestEnvValuesStayOutOfLabelsAndEvents(t *testing.T) {
 		seen = append(seen, string(js))
 	}
 	all := strings.Join(seen, "\n")
-	if len(seen) == 0 || !strings.Contains(all, "io.meshhost.record") {
+	if len(seen) == 0 || !strings.Contains(all, "io.meshhost.record") || !strings.Contains(all, digest.LabelDigest) {
 		t.Fatalf("podman's events for %s do not carry the labels (%d events): the test proves nothing:\n%s", id, len(seen), all)
 	}
 	if strings.Contains(all, secret) {
 		t.Errorf("podman's events for the container carry the env value:\n%s", all)
+	}
+	if strings.Contains(all, unkeyed) {
+		t.Errorf("podman's events for the container carry the unkeyed digest of the declaration:\n%s", all)
 	}
 	t.Logf("%d events for the container", len(seen))
 }
