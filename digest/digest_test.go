@@ -20,6 +20,9 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/golden.json with the digests computed now")
 
+// testKey is a fixed key, so that failures read the same every run.
+var testKey, _ = NewKey([]byte("meshhost digest tests' fixed key"))
+
 func mustRender(t testing.TB, c spec.Container, r *spec.Roster, m spec.Mode) spec.Rendered {
 	t.Helper()
 	out, err := spec.Render(c, r, m)
@@ -114,7 +117,7 @@ func TestDigestIgnoresWhatCarriesNoMeaning(t *testing.T) {
 		a, b := Of(mustRender(t, base, testRoster(10), m)), Of(mustRender(t, same, testRoster(10), m))
 		if a != b {
 			t.Errorf("%s: digest moved for a change that carries no meaning: %s -> %s\n%v", m.Names, a, b,
-				Explain(mustRender(t, base, testRoster(10), m), mustRender(t, same, testRoster(10), m)))
+				testKey.Explain(mustRender(t, base, testRoster(10), m), mustRender(t, same, testRoster(10), m)))
 		}
 	}
 	nilEnv := spec.Container{Name: "a", Image: "i"}
@@ -134,7 +137,7 @@ func TestRosterInDigestOnlyInCopyMode(t *testing.T) {
 	if Of(oldR) == Of(newR) {
 		t.Error("copy mode: a roster change did not move the digest")
 	}
-	changes := Explain(oldR, newR)
+	changes := testKey.Explain(oldR, newR)
 	if len(changes) != 1 || changes[0].String() != "hosts: +svc50.node0.internal=10.89.0.51" {
 		t.Errorf("Explain = %v, want [hosts: +svc50.node0.internal=10.89.0.51]", changes)
 	}
@@ -148,12 +151,12 @@ func TestExplain(t *testing.T) {
 	b.Resources.MemoryBytes = 1 << 30
 	b.StopTimeout = 2 * time.Minute
 	got := []string{}
-	for _, c := range Explain(mustRender(t, a, nil, resolveMode), mustRender(t, b, nil, resolveMode)) {
+	for _, c := range testKey.Explain(mustRender(t, a, nil, resolveMode), mustRender(t, b, nil, resolveMode)) {
 		got = append(got, c.String()+" ["+string(c.Mutability)+"]")
 	}
 	want := []string{
 		"image: docker.io/gitea/gitea:1.22 -> docker.io/gitea/gitea:1.23 [replace]",
-		"env: +LOG (" + ValueHash("debug") + ") ~USER_UID (" + ValueHash("1000") + "→" + ValueHash("1001") + ") [replace]",
+		"env: +LOG (" + testKey.ValueHash("debug") + ") ~USER_UID (" + testKey.ValueHash("1000") + "→" + testKey.ValueHash("1001") + ") [replace]",
 		"stop_timeout: 30 -> 120 [replace]",
 		`resources: {"memory_bytes":536870912,"millicpus":1500,"pids":256} -> {"memory_bytes":1073741824,"millicpus":1500,"pids":256} [update]`,
 	}
@@ -161,7 +164,7 @@ func TestExplain(t *testing.T) {
 		t.Errorf("Explain (-want +got):\n%s", diff)
 	}
 	got = got[:0]
-	for _, c := range Explain(mustRender(t, a, nil, resolveMode), mustRender(t, b, nil, resolveMode)) {
+	for _, c := range testKey.Explain(mustRender(t, a, nil, resolveMode), mustRender(t, b, nil, resolveMode)) {
 		got = append(got, c.WithValues().String())
 	}
 	want = []string{
@@ -173,33 +176,52 @@ func TestExplain(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Explain, WithValues (-want +got):\n%s", diff)
 	}
-	if n := Explain(mustRender(t, a, nil, resolveMode), mustRender(t, a, nil, resolveMode)); len(n) != 0 {
-		t.Errorf("Explain(same, same) = %v, want nothing", n)
+	if n := testKey.Explain(mustRender(t, a, nil, resolveMode), mustRender(t, a, nil, resolveMode)); len(n) != 0 {
+		t.Errorf("testKey.Explain(same, same) = %v, want nothing", n)
 	}
 }
 
+// TestRecordRoundTrip: a record reads back as the settings it was made
+// from, env and label values as their keyed hashes, and ExplainRecord finds
+// nothing changed; a record of the first form (values in clear) does too.
 func TestRecordRoundTrip(t *testing.T) {
 	for name, r := range goldenCases(t) {
-		back, err := ParseRecord(Record(r))
-		if err != nil {
-			t.Fatalf("%s: ParseRecord = %v", name, err)
-		}
-		if changes := Explain(r, back); len(changes) != 0 {
-			t.Errorf("%s: record round trip changed %v", name, changes)
-		}
-		if ok, err := Matches(Of(r), back); !ok || err != nil {
-			t.Errorf("%s: Matches(Of(r), ParseRecord(Record(r))) = %v, %v", name, ok, err)
+		for form, record := range map[string]string{"keyed": testKey.Record(r), "first form": clearRecord(r)} {
+			back, err := ParseRecord(record)
+			if err != nil {
+				t.Fatalf("%s, %s: ParseRecord = %v", name, form, err)
+			}
+			if changes, err := testKey.ExplainRecord(record, r); len(changes) != 0 || err != nil {
+				t.Errorf("%s, %s: ExplainRecord(Record(r), r) = %v, %v; want nothing", name, form, changes, err)
+			}
+			want := r
+			if form == "keyed" {
+				want.Env, want.Labels = testKey.sums(r.Env), testKey.sums(userLabels(r.Labels))
+			}
+			if changes := testKey.Explain(want, back); len(changes) != 0 {
+				t.Errorf("%s, %s: record round trip changed %v", name, form, changes)
+			}
 		}
 	}
 }
 
-// TestUpgradeNeverReplaces simulates a meshhost that introduces digest v2
+// clearRecord is the record label of r as meshhost wrote it before keyed
+// records: env and label values in clear.
+func clearRecord(r spec.Rendered) string {
+	b, err := json.Marshal(toDocV1(r))
+	if err != nil {
+		panic(err)
+	}
+	return "v1:" + string(b)
+}
+
+// TestUpgradeNeverReplaces simulates a meshhost that introduces digest v3
 // with a new field: containers labelled v1 are judged by v1 and still match.
 func TestUpgradeNeverReplaces(t *testing.T) {
 	r := mustRender(t, typical(), testRoster(5), spec.Mode{Names: spec.Copy})
 	v1Label := Of(r)
 
-	versions["v2"] = version{
+	versions["v3"] = version{
 		canonical: func(r spec.Rendered) []byte {
 			return append(canonicalV1(r), []byte(`{"new_field":"default"}`)...)
 		},
@@ -207,13 +229,13 @@ func TestUpgradeNeverReplaces(t *testing.T) {
 		record:      recordV1,
 		parseRecord: parseRecordV1,
 	}
-	defer delete(versions, "v2")
-	if of("v2", r) == v1Label {
-		t.Fatal("test is broken: v2 digests equal v1 digests")
+	defer delete(versions, "v3")
+	if of("v3", r) == v1Label {
+		t.Fatal("test is broken: v3 digests equal v1 digests")
 	}
 
 	if ok, err := Matches(v1Label, r); !ok || err != nil {
-		t.Errorf("Matches(v1 label, same settings) under v2 = %v, %v; want true", ok, err)
+		t.Errorf("Matches(v1 label, same settings) under v3 = %v, %v; want true", ok, err)
 	}
 	changed := r
 	changed.Image = "other"
@@ -270,13 +292,18 @@ func FuzzCanonical(f *testing.F) {
 		if d != Of(rendered) {
 			t.Fatal("digest is not deterministic")
 		}
-		back, err := ParseRecord(Record(rendered))
-		if err != nil {
+		record := testKey.Record(rendered)
+		if _, err := ParseRecord(record); err != nil {
 			// Strings the record cannot carry must never have rendered.
 			t.Fatalf("ParseRecord(Record(r)) = %v", err)
 		}
-		if ok, err := Matches(d, back); !ok || err != nil {
-			t.Fatalf("record round trip changed the digest: %v %v\n%v", ok, err, Explain(rendered, back))
+		if changes, err := testKey.ExplainRecord(record, rendered); len(changes) != 0 || err != nil {
+			t.Fatalf("ExplainRecord(Record(r), r) = %v, %v; want nothing", changes, err)
+		}
+		if back, err := ParseRecord(clearRecord(rendered)); err != nil {
+			t.Fatalf("ParseRecord(first form) = %v", err)
+		} else if ok, err := Matches(d, back); !ok || err != nil {
+			t.Fatalf("first-form record round trip changed the digest: %v %v\n%v", ok, err, testKey.Explain(rendered, back))
 		}
 	})
 }

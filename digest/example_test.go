@@ -8,7 +8,7 @@ import (
 	"github.com/meshhost/meshhost/spec"
 )
 
-func ExampleExplain() {
+func ExampleKey_Explain() {
 	before := &spec.Roster{Generation: 1, Names: map[string][]netip.Addr{
 		"gitea.novox.internal": {netip.MustParseAddr("10.89.0.7")},
 	}}
@@ -23,7 +23,8 @@ func ExampleExplain() {
 	// In copy mode one new name changes the create-time settings: a replace.
 	ok, _ := digest.Matches(digest.Of(old), new)
 	fmt.Println("still matches:", ok)
-	for _, c := range digest.Explain(old, new) {
+	key := digest.NewRandomKey() // the agent's: statedir.Dir.LoadHashKey
+	for _, c := range key.Explain(old, new) {
 		fmt.Println(c)
 	}
 	// Output:

@@ -1,10 +1,9 @@
 package digest
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -16,9 +15,10 @@ import (
 //
 // The values of fields that may hold secrets (env, labels:
 // spec.SecretValues) are not in it: their entries name the key and a short
-// hash of each value (`env: ~DB_PASSWORD (3f2a→9c1d)`), so that a Change
-// can be logged, journaled and printed anywhere. WithValues returns the
-// same Change with the values, for a person who asked for them.
+// keyed hash of each value (`env: ~DB_PASSWORD (3f2a→9c1d)`, Key.ValueHash),
+// so that a Change can be logged, journaled and printed anywhere. WithValues
+// returns the same Change with the values it knows, for a person who asked
+// for them.
 type Change struct {
 	Field      string          `json:"field"`      // the declaration's name for it: "image", "hosts", "env"
 	Mutability spec.Mutability `json:"mutability"` // Replace, or UpdateInPlace
@@ -37,20 +37,10 @@ type Change struct {
 	values *Change
 }
 
-// HashLen is the length of the value hashes a Change shows for a secret
-// field's entries: hex digits of the value's SHA-256, enough to tell a
-// value changed, and too few to recover it.
-const HashLen = 4
-
-// ValueHash is the short hash a Change shows for a secret value v.
-func ValueHash(v string) string {
-	sum := sha256.Sum256([]byte(v))
-	return hex.EncodeToString(sum[:])[:HashLen]
-}
-
 // WithValues returns c showing the values of a secret field's entries too
 // (`env: ~DB_PASSWORD=old→new`), for `meshhost plan --show-values`; c
-// itself for any other field.
+// itself for any other field. A value known only by its keyed hash (the old
+// value, from a keyed record) shows as that hash: `~DB_PASSWORD=(3f2a)→new`.
 func (c Change) WithValues() Change {
 	if c.values == nil {
 		return c
@@ -88,53 +78,146 @@ func orUnset(s string) string {
 }
 
 // Explain returns the fields that differ between old and new, in the order
-// of the declaration, each with its old and new value. An empty result means
-// nothing differs. It compares the same canonical form the digest hashes, so
-// a field Explain is silent about never changes a digest.
-func Explain(old, new spec.Rendered) []Change {
-	a, b := reflect.ValueOf(toDocV1(old)), reflect.ValueOf(toDocV1(new))
+// of the declaration, each with its old and new value (the values of secret
+// fields hashed with k). An empty result means nothing differs. It compares
+// the same canonical form the digest hashes, so a field Explain is silent
+// about never changes a digest.
+func (k *Key) Explain(old, new spec.Rendered) []Change {
+	return k.explain(toDocV1(old), "", toDocV1(new))
+}
+
+// ExplainRecord is Explain of the settings a container's record label holds
+// (Record) and new. A keyed record holds env and label values as their
+// hashes: they compare by hash, and the old values show as hashes even with
+// WithValues. A record hashed with another key than k returns ErrOtherKey
+// with the Changes of every other field (and of env and label keys): its
+// values cannot be compared.
+func (k *Key) ExplainRecord(record string, new spec.Rendered) ([]Change, error) {
+	p, err := parseRecord(record)
+	if err != nil {
+		return nil, err
+	}
+	changes := k.explain(toDocV1(p.r), p.key, toDocV1(new))
+	if p.key != "" && p.key != k.id {
+		return changes, fmt.Errorf("the record's env and label values were %w (key %s; this machine's is %s): was the state directory's hash.key made anew?", ErrOtherKey, p.key, k.id)
+	}
+	return changes, nil
+}
+
+// explain compares old, whose secret values are hashed with the key of id
+// oldKey ("" for values), with new, whose are values.
+func (k *Key) explain(old docV1, oldKey string, new docV1) []Change {
+	a, b := reflect.ValueOf(old), reflect.ValueOf(new)
 	t := a.Type()
 	var changes []Change
 	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		mut, _ := spec.MutabilityOf(name)
+		if spec.SecretValues(name) {
+			om, _ := a.Field(i).Interface().(map[string]string)
+			nm, _ := b.Field(i).Interface().(map[string]string)
+			if c, changed := k.secretChange(name, mut, om, oldKey, nm); changed {
+				changes = append(changes, c)
+			}
+			continue
+		}
 		if reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
 			continue
 		}
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		mut, _ := spec.MutabilityOf(name)
 		changes = append(changes, describe(name, mut, a.Field(i), b.Field(i)))
 	}
 	return changes
+}
+
+// secretValue is one entry of a secret field as a comparison knows it.
+type secretValue struct {
+	sum   string // its keyed hash with k; "" when hashed with another key
+	value string // the value, when known
+	known bool
+}
+
+// short is how a Change shows v's hash.
+func (v secretValue) short() string {
+	if v.sum == "" {
+		return "?"
+	}
+	return v.sum[:HashLen]
+}
+
+// shown is how WithValues shows v: the value when known, else its hash.
+func (v secretValue) shown() string {
+	if v.known {
+		return v.value
+	}
+	return "(" + v.short() + ")"
+}
+
+// secretChange is the Change of a secret field from old (values hashed with
+// the key of id oldKey; "" for values) to new (values), by key and keyed
+// hash; false when nothing differs that can be told.
+func (k *Key) secretChange(name string, mut spec.Mutability, old map[string]string, oldKey string, new map[string]string) (Change, bool) {
+	side := func(m map[string]string, hashedWith string) map[string]secretValue {
+		out := make(map[string]secretValue, len(m))
+		for key, v := range m {
+			switch hashedWith {
+			case "":
+				out[key] = secretValue{sum: k.sum(v), value: v, known: true}
+			case k.id:
+				out[key] = secretValue{sum: v}
+			default:
+				out[key] = secretValue{}
+			}
+		}
+		return out
+	}
+	o, n := side(old, oldKey), side(new, "")
+	keys := slices.Sorted(maps.Keys(o))
+	for key := range n {
+		if _, ok := o[key]; !ok {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	c := Change{Field: name, Mutability: mut}
+	v := Change{Field: name, Mutability: mut}
+	for _, key := range keys {
+		ov, inOld := o[key]
+		nv, inNew := n[key]
+		switch {
+		case !inOld:
+			c.Added = append(c.Added, fmt.Sprintf("%s (%s)", key, nv.short()))
+			v.Added = append(v.Added, key+"="+nv.shown())
+		case !inNew:
+			c.Removed = append(c.Removed, fmt.Sprintf("%s (%s)", key, ov.short()))
+			v.Removed = append(v.Removed, key+"="+ov.shown())
+		case ov.sum != "" && ov.sum != nv.sum:
+			c.Changed = append(c.Changed, fmt.Sprintf("%s (%s→%s)", key, ov.short(), nv.short()))
+			v.Changed = append(v.Changed, fmt.Sprintf("%s=%s→%s", key, ov.shown(), nv.shown()))
+		}
+	}
+	if len(c.Added)+len(c.Removed)+len(c.Changed) == 0 {
+		return Change{}, false
+	}
+	c.values = &v
+	return c, true
 }
 
 func describe(name string, mut spec.Mutability, old, new reflect.Value) Change {
 	c := Change{Field: name, Mutability: mut}
 	switch old.Kind() {
 	case reflect.Map:
-		// Entries by key; values hashed when they may be secrets, and
-		// shown only by WithValues.
-		secret := spec.SecretValues(name)
-		v := Change{Field: name, Mutability: mut}
+		// Entries by key. (Secret fields never come here: secretChange.)
 		for _, k := range sortedMapKeys(old, new) {
 			ov, inOld := lookup(old, k)
 			nv, inNew := lookup(new, k)
 			switch {
 			case !inOld:
-				c.Added = append(c.Added, entry(k, nv, secret))
-				v.Added = append(v.Added, k+"="+nv)
+				c.Added = append(c.Added, k+"="+nv)
 			case !inNew:
-				c.Removed = append(c.Removed, entry(k, ov, secret))
-				v.Removed = append(v.Removed, k+"="+ov)
+				c.Removed = append(c.Removed, k+"="+ov)
 			case ov != nv:
-				if secret {
-					c.Changed = append(c.Changed, fmt.Sprintf("%s (%s→%s)", k, ValueHash(ov), ValueHash(nv)))
-				} else {
-					c.Changed = append(c.Changed, fmt.Sprintf("%s=%s→%s", k, ov, nv))
-				}
-				v.Changed = append(v.Changed, fmt.Sprintf("%s=%s→%s", k, ov, nv))
+				c.Changed = append(c.Changed, fmt.Sprintf("%s=%s→%s", k, ov, nv))
 			}
-		}
-		if secret {
-			c.values = &v
 		}
 		return c
 	case reflect.Slice:
@@ -162,15 +245,6 @@ func describe(name string, mut spec.Mutability, old, new reflect.Value) Change {
 		c.Old, c.New = text(old), text(new)
 	}
 	return c
-}
-
-// entry is a map entry as a Change shows it: KEY=VALUE, or, for a secret
-// field, KEY (hash).
-func entry(k, v string, secret bool) string {
-	if secret {
-		return fmt.Sprintf("%s (%s)", k, ValueHash(v))
-	}
-	return k + "=" + v
 }
 
 func strings_(v reflect.Value) []string {

@@ -141,20 +141,69 @@ func canonicalV1(r spec.Rendered) []byte {
 	return b
 }
 
-func recordV1(r spec.Rendered) string {
-	b, err := json.Marshal(toDocV1(r))
+// recordKeyLabel marks a record whose env and label values are keyed
+// hashes (Key.sum) instead of values: its value is keyScheme and the key's
+// id. It sits among the record's labels, where no record made before keyed
+// records has one (userLabels drops meshhost's own), so that a record of
+// either kind reads unambiguously, and a meshhost from before keyed records
+// still reads a keyed one (it judges containers by their digest: a
+// downgrade replaces nothing).
+const recordKeyLabel = spec.LabelPrefix + "hash-key"
+
+// keyScheme is the keyed hash recordKeyLabel names.
+const keyScheme = "hmac-sha256:"
+
+// recordV1 is the keyed v1 record, which meshhost wrote while v1 was
+// Current; recordV2 is the same document under "v2:".
+func recordV1(k *Key, r spec.Rendered) string { return "v1:" + keyedDocV1(k, r) }
+
+func recordV2(k *Key, r spec.Rendered) string { return "v2:" + keyedDocV1(k, r) }
+
+// parseRecordV2 reads a v2 record: a v1 document.
+func parseRecordV2(label string) (parsed, error) {
+	return parseDocV1(strings.TrimPrefix(label, "v2:"), "v2")
+}
+
+// keyedDocV1 is the v1 document of r with its env and label values replaced
+// by their keyed hashes, and k named by recordKeyLabel.
+func keyedDocV1(k *Key, r spec.Rendered) string {
+	d := toDocV1(r)
+	d.Env = k.sums(d.Env)
+	d.Labels = k.sums(d.Labels)
+	if d.Labels == nil {
+		d.Labels = make(map[string]string, 1)
+	}
+	d.Labels[recordKeyLabel] = keyScheme + k.id
+	b, err := json.Marshal(d)
 	if err != nil {
 		panic("digest: encoding v1 record: " + err.Error())
 	}
-	return "v1:" + string(b)
+	return string(b)
 }
 
-func parseRecordV1(label string) (spec.Rendered, error) {
+func parseRecordV1(label string) (parsed, error) {
+	return parseDocV1(strings.TrimPrefix(label, "v1:"), "v1")
+}
+
+// parseDocV1 reads the v1 document of a record of version v.
+func parseDocV1(doc, v string) (parsed, error) {
 	var d docV1
-	dec := json.NewDecoder(strings.NewReader(strings.TrimPrefix(label, "v1:")))
+	dec := json.NewDecoder(strings.NewReader(doc))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return spec.Rendered{}, fmt.Errorf("reading v1 record: %w", err)
+		return parsed{}, fmt.Errorf("reading %s record: %w", v, err)
+	}
+	var key string
+	if hk, ok := d.Labels[recordKeyLabel]; ok {
+		id, ok := strings.CutPrefix(hk, keyScheme)
+		if !ok || id == "" {
+			return parsed{}, fmt.Errorf("reading %s record: its values are hashed with %q, which this meshhost does not know", v, hk)
+		}
+		key = id
+		delete(d.Labels, recordKeyLabel)
+		if len(d.Labels) == 0 {
+			d.Labels = nil
+		}
 	}
 	r := spec.Rendered{Mode: spec.Copy}
 	r.Name, r.Image, r.Command, r.Entrypoint = d.Name, d.Image, d.Command, d.Entrypoint
@@ -244,7 +293,7 @@ func parseRecordV1(label string) (spec.Rendered, error) {
 		r.Resources = spec.Resources{MemoryBytes: res.MemoryBytes, MilliCPUs: res.MilliCPUs, PidsLimit: res.PidsLimit}
 	}
 	if len(errs) > 0 {
-		return spec.Rendered{}, fmt.Errorf("reading v1 record: malformed %s", strings.Join(errs, ", "))
+		return parsed{}, fmt.Errorf("reading %s record: malformed %s", v, strings.Join(errs, ", "))
 	}
-	return r, nil
+	return parsed{r: r, key: key}, nil
 }

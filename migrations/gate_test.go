@@ -84,7 +84,7 @@ func running(t *testing.T, name string, m spec.Mode, nets ...string) reconcile.O
 		t.Fatal(err)
 	}
 	return reconcile.Observed{ID: name + "-id", Name: name, State: reconcile.StateRunning, Labels: map[string]string{
-		reconcile.LabelManaged: "true", digest.LabelDigest: digest.Of(r), digest.LabelRecord: digest.Record(r),
+		reconcile.LabelManaged: "true", digest.LabelDigest: digest.Of(r), digest.LabelRecord: digest.NewRandomKey().Record(r),
 	}}
 }
 

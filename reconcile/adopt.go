@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -21,8 +22,8 @@ import (
 type Adoption struct {
 	ID     string
 	Name   string
-	Digest string // digest.Of the settings it runs with, as declared
-	Record string // digest.Record of the same
+	Digest string // digest.Key.Of the settings it runs with, as declared (digest.Of before v2)
+	Record string // digest.Key.Record of the same
 	// Version is the AdoptionVersion of the Reconciler that adopted it.
 	Version int
 }
@@ -48,19 +49,40 @@ const AdoptionVersion = 1
 // inspection: it is adopted when every create-time field matches, replaced
 // when it is managed (a digest version this meshhost does not know) and
 // differs, and left alone, as a conflict, when it is not managed.
+//
+// A managed container whose digest was keyed with another key (the state
+// directory's hash.key was lost and made anew) is judged the same way,
+// its reason saying "hash key changed": one inspection, and it is kept
+// (adopted, with the digest of the machine's key) when its settings match,
+// rather than replaced with every other container of the machine for a
+// key alone. Its record still names every field, and the keys of its env
+// and labels: a difference there replaces it without the inspection's
+// judgement (which cannot tell an env variable no longer declared from
+// one of the image).
 func (p *planner) compareFields(a Action, o *Observed, id identity) Action {
+	why, otherKey := "has no meshhost labels", false
+	if id.managed {
+		v, _ := digest.VersionOf(id.digest)
+		why = fmt.Sprintf("has digest version %q, which this meshhost does not know", v)
+		if errors.Is(p.key.Judges(id.digest), digest.ErrOtherKey) {
+			otherKey = true
+			why = "hash key changed: its digest label was made with another key than the state directory's hash.key (made anew since)"
+			all, err := p.key.ExplainRecord(id.record, *a.Desired)
+			if replace, _ := splitChanges(all); len(replace) > 0 && (err == nil || errors.Is(err, digest.ErrOtherKey)) {
+				a.Kind, a.Changes = Replace, replace
+				a.StopTimeout = recordStopTimeout(id.record)
+				a.Reason = joinChanges(replace) + "; " + why
+				return a
+			}
+		}
+	}
 	ins, ok := p.inspected[o.ID]
 	if !ok { // not inspected: cannot happen through Reconciler.Plan
 		a.Kind, a.Reason = Conflict, "cannot be judged without inspecting it"
 		return a
 	}
 	a.StopTimeout = ins.Settings.StopTimeout
-	replace, inPlace := splitChanges(digest.Explain(declaredOnly(ins, a.Desired), *a.Desired))
-	why := "has no meshhost labels"
-	if id.managed {
-		v, _ := digest.VersionOf(id.digest)
-		why = fmt.Sprintf("has digest version %q, which this meshhost does not know", v)
-	}
+	replace, inPlace := splitChanges(p.key.Explain(declaredOnly(ins, a.Desired), *a.Desired))
 	switch {
 	case len(replace) == 0:
 		a.Kind, a.Changes = Adopt, inPlace
@@ -79,6 +101,9 @@ func (p *planner) compareFields(a Action, o *Observed, id identity) Action {
 	case id.managed:
 		a.Kind, a.Changes = Replace, replace
 		a.Reason = joinChanges(replace)
+		if otherKey {
+			a.Reason += "; " + why
+		}
 	default:
 		a.Kind, a.Changes = Conflict, replace
 		a.Reason = fmt.Sprintf("held by a container that %s and differs (%s); meshhost never touches it: remove or rename it", why, joinChanges(replace))

@@ -139,8 +139,8 @@ func TestOlderRecordStillMatches(t *testing.T) {
 	rt := memory.New(memory.Options{})
 	d := render(t, container("gitea", "gitea:1"), nil, resolveMode)
 	// The same settings, written as another meshhost might have: spaced JSON.
-	record := strings.Replace(digest.Record(d), `":"`, `": "`, -1)
-	if record == digest.Record(d) {
+	record := strings.Replace(testKey.Record(d), `":"`, `": "`, -1)
+	if record == testKey.Record(d) {
 		t.Fatal("test is broken: record unchanged")
 	}
 	id, _ := rt.Create(ctx, labelledAs(d, digest.Of(d), record))
@@ -341,7 +341,7 @@ func TestAdoptionsOfAnOlderMeshhost(t *testing.T) {
 				d := render(t, c, nil, resolveMode)
 				desired = append(desired, d)
 				// What that meshhost saved: the declared limits, as in force.
-				saved = append(saved, reconcile.Adoption{ID: id, Name: name, Digest: digest.Of(d), Record: digest.Record(d), Version: tc.version})
+				saved = append(saved, reconcile.Adoption{ID: id, Name: name, Digest: digest.Of(d), Record: testKey.Record(d), Version: tc.version})
 			}
 			r := newReconciler(t, rt, func(cfg *reconcile.Config) {
 				cfg.NoInPlaceUpdates, cfg.Adoptions = tc.noInPlace, saved

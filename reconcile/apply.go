@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/meshhost/meshhost/digest"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -236,7 +235,7 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 	}
 	switch o.Kind {
 	case Create:
-		id, err := r.rt.Create(ctx, labelled(*d, r.cfg.Owner))
+		id, err := r.rt.Create(ctx, labelled(*d, r.cfg.Owner, r.cfg.HashKey))
 		if err != nil {
 			return fmt.Errorf("creating %q: %w", o.Name, err)
 		}
@@ -283,7 +282,7 @@ func (r *Reconciler) do(ctx context.Context, o *Outcome, healthy bool) error {
 				return fmt.Errorf("adopting %q: updating in place: %w", o.Name, err)
 			}
 		}
-		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: digest.Of(rec), Record: digest.Record(rec), Version: AdoptionVersion})
+		r.state.adopt(Adoption{ID: o.ID, Name: o.Name, Digest: r.cfg.HashKey.Of(rec), Record: r.cfg.HashKey.Record(rec), Version: AdoptionVersion})
 		if o.Running {
 			return nil
 		}

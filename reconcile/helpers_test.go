@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshhost/meshhost/digest"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/spec"
@@ -65,9 +66,13 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
+// testKey is the machine hash key of the tests' Reconcilers
+// (newReconciler), as the agent's state directory keeps one.
+var testKey = digest.NewRandomKey()
+
 func newReconciler(t testing.TB, rt reconcile.Runtime, mod func(*reconcile.Config)) *reconcile.Reconciler {
 	t.Helper()
-	cfg := reconcile.Config{Runtime: rt, Budget: reconcile.Budget{Max: 1000, Window: time.Minute}, HealthPoll: time.Millisecond, HealthTimeout: 5 * time.Second}
+	cfg := reconcile.Config{Runtime: rt, Budget: reconcile.Budget{Max: 1000, Window: time.Minute}, HealthPoll: time.Millisecond, HealthTimeout: 5 * time.Second, HashKey: testKey}
 	if mod != nil {
 		mod(&cfg)
 	}

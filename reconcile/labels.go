@@ -33,8 +33,10 @@ const (
 // Declarations may not use it: spec.ParseDeclaration refuses such names.
 const AsideSuffix = spec.AsideSuffix
 
-// labelled returns r with meshhost's labels added, as Create receives it.
-func labelled(r spec.Rendered, owner string) spec.Rendered {
+// labelled returns r with meshhost's labels added, as Create receives it:
+// its digest keyed with key, and its record's env and label values hashed
+// with it.
+func labelled(r spec.Rendered, owner string, key *digest.Key) spec.Rendered {
 	out := r
 	out.Labels = make(map[string]string, len(r.Labels)+5)
 	maps.Copy(out.Labels, r.Labels)
@@ -42,8 +44,8 @@ func labelled(r spec.Rendered, owner string) spec.Rendered {
 	if owner != "" {
 		out.Labels[LabelOwner] = owner
 	}
-	out.Labels[digest.LabelDigest] = digest.Of(r)
-	out.Labels[digest.LabelRecord] = digest.Record(r)
+	out.Labels[digest.LabelDigest] = key.Of(r)
+	out.Labels[digest.LabelRecord] = key.Record(r)
 	if len(r.DependsOn) > 0 {
 		out.Labels[LabelDependsOn] = strings.Join(r.DependsOn, ",")
 	}

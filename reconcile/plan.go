@@ -77,14 +77,14 @@ type shape struct {
 }
 
 // entry is what a plan learnt of one declared container: its rendering's
-// record label (digest.Record), most of a plan's cost when encoded anew,
+// record label (digest.Key.Record), most of a plan's cost when encoded anew,
 // and how the container then holding its name was judged by its labels.
 // Labels are create-time settings, which the runtime never changes
 // (Runtime): the same container ID has the same labels, so they are read
 // once, not every pass.
 type entry struct {
 	rendered spec.Rendered // as given: a rendering is never changed in place
-	label    string        // digest.Record(rendered)
+	label    string        // the Reconciler's digest.Key.Record(rendered)
 	// cid is the container that held the name; empty if none did.
 	cid      string
 	labelled bool     // ManagedBy its labels
@@ -156,7 +156,7 @@ func (m *memo) entriesFor(sh *shape) []*entry {
 
 // planObserved is PlanObserved for desired of shape sh.
 func (r *Reconciler) planObserved(ctx context.Context, desired []spec.Rendered, sh *shape, observed []Observed) (_ *Plan, err error) {
-	p := planner{desired: desired, shape: sh, owner: r.cfg.Owner, noInPlace: r.cfg.NoInPlaceUpdates, full: r.fullPath}
+	p := planner{desired: desired, shape: sh, owner: r.cfg.Owner, noInPlace: r.cfg.NoInPlaceUpdates, full: r.fullPath, key: r.cfg.HashKey}
 	p.adopted, p.updated = r.state.snapshot(observed)
 	if !p.full {
 		p.entries = r.memo.Load().entriesFor(sh)
@@ -292,6 +292,7 @@ type planner struct {
 	noInPlace bool                      // Config.NoInPlaceUpdates
 	asides    map[string]*seen          // by the name it was set aside from: NAME+AsideSuffix
 	full      bool                      // no fast path: Reconciler.fullPath
+	key       *digest.Key               // Config.HashKey
 	// entries are by index in desired: the last plan's, replaced by this
 	// plan's where it learns something new; the next plan's memo.
 	entries []*entry
@@ -308,7 +309,7 @@ type seen struct {
 	id       identity // identityOf
 	adopted  bool     // id is its adoption's, not its labels'
 	// current: it is managed, holds a declared name, and its record is the
-	// declared container's (digest.Record): it matches, in the current
+	// declared container's (digest.Key.Record): it matches, in the current
 	// digest version. toInspect finds out.
 	current bool
 }
@@ -342,7 +343,7 @@ func (p *planner) entry(j int, s *seen) *entry {
 	if e != nil && e.rendered.Equal(d) {
 		n.label = e.label // another container: the same rendering
 	} else {
-		n.label = digest.Record(*d)
+		n.label = p.key.Record(*d)
 	}
 	if e != nil && e.cid == s.ID {
 		n.labelled, n.id = e.labelled, e.id // the same container: the same labels
@@ -354,7 +355,7 @@ func (p *planner) entry(j int, s *seen) *entry {
 	return n
 }
 
-// record returns digest.Record(*d), from d's entry when it renders as it
+// record returns p.key.Record(*d), from d's entry when it renders as it
 // did then.
 func (p *planner) record(d *spec.Rendered) string {
 	if j, ok := p.shape.declared[d.Name]; ok {
@@ -362,7 +363,7 @@ func (p *planner) record(d *spec.Rendered) string {
 			return e.label
 		}
 	}
-	return digest.Record(*d)
+	return p.key.Record(*d)
 }
 
 // toInspect returns the IDs of containers holding a declared name that
@@ -392,19 +393,11 @@ func (p *planner) toInspect() []string {
 			s.current = true
 			continue
 		}
-		if !s.id.managed || !knownVersion(s.id.digest) {
+		if !s.id.managed || p.key.Judges(s.id.digest) != nil {
 			ids = append(ids, s.ID)
 		}
 	}
 	return ids
-}
-
-func knownVersion(label string) bool {
-	if strings.HasPrefix(label, digest.Current+":") {
-		return true // what every container created since carries
-	}
-	_, err := digest.VersionOf(label)
-	return err == nil
 }
 
 func (p *planner) plan() *Plan {
@@ -542,18 +535,20 @@ func (p *planner) decide(d *spec.Rendered, s *seen) Action {
 		return keepOrStart(a) // judge's first case: the record is the declaration's
 	}
 	id := s.id
-	if !id.managed || !knownVersion(id.digest) {
+	if !id.managed || p.key.Judges(id.digest) != nil {
+		// No digest to judge it by: a version this meshhost does not know,
+		// or one keyed with another key than the machine's.
 		return p.compareFields(a, o, id)
 	}
 	switch match, record := p.judge(d, o, id); {
 	case !match:
 		a.Kind = Replace
 		a.StopTimeout = recordStopTimeout(id.record)
-		a.Changes, a.Reason = explainReplace(id.record, d)
+		a.Changes, a.Reason = p.explainReplace(id.record, d)
 		return a
 	case record.Resources != d.Resources && p.updated[o.ID] != d.Resources:
 		a.Kind = Update
-		a.Changes = []digest.Change{resourcesChange(record.Resources, d.Resources)}
+		a.Changes = []digest.Change{p.resourcesChange(record.Resources, d.Resources)}
 		a.Reason = joinChanges(a.Changes)
 		if p.noInPlace {
 			a.Kind = Replace
@@ -577,12 +572,14 @@ func keepOrStart(a Action) Action {
 // judge reports whether the container o, labelled id, matches d by its
 // digest, and the settings its record holds (resources in particular). The
 // fast path compares the record label with d's current record and hashes
-// nothing; a record of an older (known) version is judged by its version.
+// nothing; a record of an older (known) version is judged by its version,
+// and so is one of an older form (values in clear, or hashed with another
+// key): its digest decides, never the record's form.
 func (p *planner) judge(d *spec.Rendered, o *Observed, id identity) (bool, spec.Rendered) {
 	if id.record == p.record(d) {
 		return true, *d
 	}
-	ok, err := digest.Matches(id.digest, *d)
+	ok, err := p.key.Matches(id.digest, *d)
 	if err != nil || !ok {
 		return false, spec.Rendered{}
 	}
@@ -598,23 +595,29 @@ func (p *planner) judge(d *spec.Rendered, o *Observed, id identity) (bool, spec.
 
 // explainReplace names the fields that differ between the container's
 // record label and d.
-func explainReplace(record string, d *spec.Rendered) ([]digest.Change, string) {
-	old, err := digest.ParseRecord(record)
-	if err != nil {
+func (p *planner) explainReplace(record string, d *spec.Rendered) ([]digest.Change, string) {
+	all, err := p.key.ExplainRecord(record, *d)
+	if err != nil && !errors.Is(err, digest.ErrOtherKey) {
 		return nil, fmt.Sprintf("digest differs from the declaration (its record label is unreadable: %v)", err)
 	}
-	changes, _ := splitChanges(digest.Explain(old, *d))
-	if len(changes) == 0 {
+	changes, _ := splitChanges(all)
+	const otherKey = "its record's env and label values were hashed with another key (the state directory's hash.key was made anew), and are not compared"
+	switch {
+	case len(changes) == 0 && err != nil:
+		return nil, "digest differs from the declaration; " + otherKey
+	case len(changes) == 0:
 		// The digest's version covers something its record does not show.
 		return nil, "digest differs from the declaration"
+	case err != nil:
+		return changes, joinChanges(changes) + "; " + otherKey
 	}
 	return changes, joinChanges(changes)
 }
 
-func resourcesChange(old, new spec.Resources) digest.Change {
+func (p *planner) resourcesChange(old, new spec.Resources) digest.Change {
 	a, b := spec.Rendered{}, spec.Rendered{}
 	a.Resources, b.Resources = old, new
-	for _, c := range digest.Explain(a, b) {
+	for _, c := range p.key.Explain(a, b) {
 		if c.Field == "resources" {
 			return c
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshhost/meshhost/digest"
 )
 
 // Config is what a Reconciler needs. Runtime is required; every other field
@@ -85,6 +87,20 @@ type Config struct {
 	HealthTimeout time.Duration
 	// HealthPoll is how often that wait inspects the container. Default 1s.
 	HealthPoll time.Duration
+	// HashKey is the machine's key for the digest label of every container
+	// created (digest.Key.Of, keyed so that a guessed env or label value
+	// cannot be checked against it), for the hashes that stand for env and
+	// label values in its record label (digest.Key.Record), and in every
+	// Change of a plan, its reasons and the log. The agent passes its state
+	// directory's, so that hashes compare across restarts and differ
+	// between machines. Nil: a key of this Reconciler's own
+	// (digest.NewRandomKey). The digests of containers created under
+	// another key (an earlier Reconciler's, or a hash.key lost and made
+	// anew) cannot be judged: each is inspected once and compared field by
+	// field, kept (adopted) when it matches and replaced when it differs,
+	// its reason saying "hash key changed"; containers labelled before
+	// digest v2 are judged by their v1 digest.
+	HashKey *digest.Key
 }
 
 // Budget bounds replacements and removals (Action.Disrupts): at most Max
@@ -140,6 +156,9 @@ func New(cfg Config) (*Reconciler, error) {
 	cfg.HealthPoll = cmp.Or(cfg.HealthPoll, time.Second)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.HashKey == nil {
+		cfg.HashKey = digest.NewRandomKey()
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -2,8 +2,6 @@ package reconcile
 
 import (
 	"fmt"
-
-	"github.com/meshhost/meshhost/digest"
 )
 
 // recover decides how to finish a replacement that a crash interrupted: the
@@ -38,7 +36,7 @@ func (p *planner) recover(a Action, o, aside *Observed) Action {
 		stopping = fmt.Sprintf(" (%q runs: it is stopped first)", aside.Name)
 	}
 	if o == nil {
-		if ok, _ := digest.Matches(asideID.digest, *d); ok {
+		if ok, _ := p.key.Matches(asideID.digest, *d); ok {
 			a.Kind = Rollback
 			a.Reason = fmt.Sprintf("a replacement was interrupted before the new container was created; %q matches the declaration: renaming it back", aside.Name)
 			return a

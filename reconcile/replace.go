@@ -94,7 +94,7 @@ func (r *Reconciler) complete(ctx context.Context, op string, a Action, asideID 
 		return "", err
 	}
 	if newID == "" {
-		id, err := r.rt.Create(ctx, labelled(*d, r.cfg.Owner))
+		id, err := r.rt.Create(ctx, labelled(*d, r.cfg.Owner, r.cfg.HashKey))
 		if err != nil {
 			return rollback("creating new container", err)
 		}

@@ -152,8 +152,9 @@ var Fields = []Field{
 // SecretValues reports whether the values of the named field may hold
 // secrets: a password set through the environment, a token in a label.
 // Wherever meshhost shows a change to such a field (plan, explain, its
-// log, the journal, history, metrics) it shows each key and a short hash
-// of its old and new value, never the value (digest.Change).
+// log, the journal, history, metrics) it shows each key and a short keyed
+// hash of its old and new value, never the value (digest.Change), and a
+// container's record label holds keyed hashes too (digest.Key.Record).
 func SecretValues(field string) bool { return field == "env" || field == "labels" }
 
 // Field is a named setting and its Mutability.

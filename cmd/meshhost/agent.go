@@ -436,9 +436,15 @@ func newAgent(ctx context.Context, s agentSetup) (*agent.Agent, error) {
 			})
 		}
 	}
+	// The machine's key for the hashes records and changes show for env
+	// and label values (made on first use).
+	hashKey, err := s.dir.LoadHashKey()
+	if err != nil {
+		return nil, err
+	}
 	rec, saveState, err := agent.OpenReconciler(reconcile.Config{
 		Runtime: s.runtime, Owner: s.machine, NoInPlaceUpdates: !s.inPlace, Logger: logger, Registerer: s.reg,
-		Budget: s.budget,
+		Budget: s.budget, HashKey: hashKey,
 		// meshhost freeze, checked before every action that changes a container.
 		Frozen: func() bool { f, _ := agent.Frozen(s.dir); return f != nil },
 	}, s.dir.Reconciler(), logger)

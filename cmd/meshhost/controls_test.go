@@ -57,8 +57,12 @@ func newControlsFixture(t *testing.T) *controlsFixture {
 		t.Fatal(err)
 	}
 	rt := memory.New(memory.Options{})
+	hashKey, err := dir.LoadHashKey() // as the agent: plan and explain read the same
+	if err != nil {
+		t.Fatal(err)
+	}
 	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 100, Window: time.Minute}, Logger: logger, Registerer: reg,
-		Frozen: func() bool { f, _ := agent.Frozen(dir); return f != nil }})
+		Frozen: func() bool { f, _ := agent.Frozen(dir); return f != nil }, HashKey: hashKey})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,7 +122,7 @@ func TestExitCodes(t *testing.T) {
 		t.Error("a command made the state directory it was given")
 	}
 	code, out, _ := runCLI(t, nil, "version", "--output", "json")
-	if code != 0 || !strings.Contains(out, `"digest_version":"v1"`) {
+	if code != 0 || !strings.Contains(out, `"digest_version":"v2"`) {
 		t.Errorf("meshhost version --output json = exit %d, %s", code, out)
 	}
 }

@@ -53,7 +53,7 @@ func addPlanFlags(fs *flag.FlagSet) planFlags {
 		socket:      fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)"),
 		output:      fs.String("output", "text", "output format: text or json"),
 		holdAbove:   fs.Int("hold-above", -1, "judge the plan's blast radius by this --hold-above (default: the agent's, from STATE/status.json, else 5)"),
-		showValues:  fs.Bool("show-values", false, "show env and label values in changes (they may be secrets: for a person at a terminal, never for logs); without it a change shows the key and a short hash of the old and new value"),
+		showValues:  fs.Bool("show-values", false, "show env and label values in changes (they may be secrets: for a person at a terminal, never for logs): the declared ones, and a running container's as their hash (its record keeps no value); without it a change shows the key and a short keyed hash (STATE/hash.key) of the old and new value"),
 	}
 }
 
@@ -220,7 +220,11 @@ func planPass(ctx context.Context, dir statedir.Dir, decl *spec.Declaration, ser
 		return nil, err
 	}
 	rstate, _ := agent.LoadReconcileState(dir.Reconciler(), slog.New(slog.DiscardHandler))
-	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: decl.Machine, NoInPlaceUpdates: !inPlace, Adoptions: rstate.Adoptions, BudgetUsed: rstate.BudgetUsed})
+	hashKey, err := dir.LoadHashKey() // the agent's: the hashes its records hold
+	if err != nil {
+		return nil, err
+	}
+	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: decl.Machine, NoInPlaceUpdates: !inPlace, Adoptions: rstate.Adoptions, BudgetUsed: rstate.BudgetUsed, HashKey: hashKey})
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/meshhost/meshhost/digest"
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
@@ -138,7 +137,11 @@ func testPlanAgreesWithTheAgent(t *testing.T, service bool) {
 	if diff := cmp.Diff(did, announced); diff != "" {
 		t.Errorf("meshhost plan and the agent's pass differ (-agent +plan):\n%s", diff)
 	}
-	want := []step{{"replace", "web", "env: ~ROLE (" + digest.ValueHash("web") + "→" + digest.ValueHash("frontend") + ")"}}
+	key, err := statedir.New(state).LoadHashKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []step{{"replace", "web", "env: ~ROLE (" + key.ValueHash("web") + "→" + key.ValueHash("frontend") + ")"}}
 	if diff := cmp.Diff(want, did); diff != "" {
 		t.Errorf("the pass did (-want +got):\n%s", diff)
 	}
@@ -285,7 +288,11 @@ func planAgent(t *testing.T, state string, service bool) (*agent.Agent, *declsou
 		t.Fatal(err)
 	}
 	rt := memory.New(memory.Options{})
-	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 100, Window: time.Minute}})
+	hashKey, err := dir.LoadHashKey() // as the agent: plan reads the same
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{Runtime: rt, Owner: "ace", Budget: reconcile.Budget{Max: 100, Window: time.Minute}, HashKey: hashKey})
 	if err != nil {
 		t.Fatal(err)
 	}

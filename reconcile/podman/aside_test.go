@@ -67,6 +67,7 @@ func (w *watched) reconciler(t testing.TB) *reconcile.Reconciler {
 		Runtime: w, Owner: w.prefix,
 		Budget:     reconcile.Budget{Max: 1000, Window: time.Minute},
 		HealthPoll: 100 * time.Millisecond, HealthTimeout: 30 * time.Second,
+		HashKey: testKey,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +172,7 @@ func TestAsideNeverRunsBesideItsReplacement(t *testing.T) {
 				t.Errorf("after convergence: %d containers, want db alone", len(after))
 			}
 			got := after[name]
-			if ok, _ := digest.Matches(got.Labels[digest.LabelDigest], want[0]); !ok || got.State != reconcile.StateRunning {
+			if ok, _ := testKey.Matches(got.Labels[digest.LabelDigest], want[0]); !ok || got.State != reconcile.StateRunning {
 				t.Errorf("db is %s %s, want running the declaration", got.ID, got.State)
 			}
 			if data := h.Exec(got.ID, "sh", "-c", `echo "$PG"; cat /data/f`); data != "17\nprecious\n" {

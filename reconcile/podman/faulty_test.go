@@ -164,6 +164,7 @@ func newReconciler(t testing.TB, rt *testRuntime, mod func(*reconcile.Config)) *
 		Runtime: rt, Owner: rt.prefix,
 		Budget:     reconcile.Budget{Max: 1000, Window: time.Minute},
 		HealthPoll: 100 * time.Millisecond, HealthTimeout: 30 * time.Second,
+		HashKey: testKey, // one machine's: a new Reconciler is a restart
 	}
 	if mod != nil {
 		mod(&cfg)

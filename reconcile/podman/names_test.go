@@ -98,11 +98,11 @@ func TestRuntimeGetsWhatRenderSaid(t *testing.T) {
 				t.Errorf("List() reports %+v; want name %s, running, started, image %s", *o, r.Name, r.Image)
 			}
 			label := o.Labels[digest.LabelDigest]
-			if ok, err := digest.Matches(label, r); !ok || err != nil {
-				t.Errorf("digest.Matches(%q, rendered) = %v, %v; want true", label, ok, err)
+			if ok, err := testKey.Matches(label, r); !ok || err != nil {
+				t.Errorf("testKey.Matches(%q, rendered) = %v, %v; want true", label, ok, err)
 			}
-			if label != digest.Of(r) {
-				t.Errorf("digest label = %q, want %q", label, digest.Of(r))
+			if label != testKey.Of(r) {
+				t.Errorf("digest label = %q, want %q", label, testKey.Of(r))
 			}
 			rec, err := digest.ParseRecord(o.Labels[digest.LabelRecord])
 			if err != nil {

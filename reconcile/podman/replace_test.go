@@ -85,7 +85,7 @@ func TestReplaceSurvivesAFailureAtEachStep(t *testing.T) {
 				t.Errorf("after convergence: %v, want db and app only", slices.Collect(maps.Keys(after)))
 			}
 			got := after[dbName]
-			if ok, _ := digest.Matches(got.Labels[digest.LabelDigest], want[0]); !ok || got.State != reconcile.StateRunning {
+			if ok, _ := testKey.Matches(got.Labels[digest.LabelDigest], want[0]); !ok || got.State != reconcile.StateRunning {
 				t.Errorf("db is %s %s with digest %s, want running the declaration", got.ID, got.State, got.Labels[digest.LabelDigest])
 			}
 			if data := h.Exec(got.ID, "sh", "-c", `echo "$PG"; cat /data/f`); data != "17\nprecious\n" {
