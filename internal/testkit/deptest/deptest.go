@@ -1,7 +1,7 @@
 // Package deptest states the module's dependency rules as tests, in the
 // spirit of tailscale's tstest/deptest: the leaves stay leaves, one package
 // talks to podman, no public package hands out an internal type, every
-// ...Locked function asserts its lock, and README's layout lists every
+// ...Locked function asserts its lock, and docs/development.md's layout lists every
 // package. The rules themselves are in rules_test.go; this file reads the
 // module with `go list` and go/ast, and needs nothing else.
 package deptest
