@@ -14,21 +14,19 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/testkit/needs"
+	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 )
 
-const (
-	quickstartMark = "<!-- quickstart -->"
-	outputMark     = "<!-- quickstart: output -->"
-)
-
-// quickstart returns the command blocks of text marked quickstartMark, and
-// the lines of the blocks marked outputMark, in order: each mark is
-// followed, after blank lines, by a fenced block.
-func quickstart(text string) (commands []string, output []string, err error) {
+// blocks returns the command blocks of text marked <!-- name -->, and the
+// lines of the blocks marked <!-- name: output -->, in order: each mark is
+// followed, after blank lines, by a fenced block. Other marks (<!-- name:
+// setup -->, a step the test provides itself) are not run.
+func blocks(text, name string) (commands []string, output []string, err error) {
+	runMark, outputMark := "<!-- "+name+" -->", "<!-- "+name+": output -->"
 	lines := strings.Split(text, "\n")
 	for i := 0; i < len(lines); i++ {
 		mark := strings.TrimSpace(lines[i])
-		if mark != quickstartMark && mark != outputMark {
+		if mark != runMark && mark != outputMark {
 			continue
 		}
 		j := i + 1
@@ -45,7 +43,7 @@ func quickstart(text string) (commands []string, output []string, err error) {
 		if j == len(lines) {
 			return nil, nil, fmt.Errorf("line %d: the block after %s is not closed", i+1, mark)
 		}
-		if mark == quickstartMark {
+		if mark == runMark {
 			commands = append(commands, strings.Join(block, "\n"))
 		} else {
 			output = append(output, block...)
@@ -72,14 +70,16 @@ func inOrder(want []string, got string) string {
 	return ""
 }
 
-func TestQuickstartBlocks(t *testing.T) {
+func TestBlocks(t *testing.T) {
 	text := strings.Join([]string{
-		"# Quickstart", "", quickstartMark, "```sh", "echo one", "echo two", "```",
-		"prose", outputMark, "", "```text", "one", "```",
+		"# Quickstart", "", "<!-- quickstart -->", "```sh", "echo one", "echo two", "```",
+		"prose", "<!-- quickstart: output -->", "", "```text", "one", "```",
 		"```sh", "echo not marked", "```",
-		quickstartMark, "```sh", "echo three", "```",
+		"<!-- quickstart: setup -->", "```sh", "echo set up by the test", "```",
+		"<!-- walkthrough -->", "```sh", "echo another's", "```",
+		"<!-- quickstart -->", "```sh", "echo three", "```",
 	}, "\n")
-	cmds, out, err := quickstart(text)
+	cmds, out, err := blocks(text, "quickstart")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestQuickstartBlocks(t *testing.T) {
 	if len(out) != 1 || out[0] != "one" {
 		t.Errorf("output = %q, want [one]", out)
 	}
-	if _, _, err := quickstart(quickstartMark + "\nnot a block\n"); err == nil {
+	if _, _, err := blocks("<!-- quickstart -->\nnot a block\n", "quickstart"); err == nil {
 		t.Error("a mark without a block: no error")
 	}
 	if w := inOrder([]string{"a", "c"}, "a\nb\nc\n"); w != "" {
@@ -100,23 +100,22 @@ func TestQuickstartBlocks(t *testing.T) {
 	}
 }
 
-// TestQuickstart runs the README's quickstart as it is written: its
-// blocks marked quickstartMark, in order, as one bash script (set -euo
-// pipefail), from the top of the checkout, and checks that the lines of
-// the blocks marked outputMark appear in what it prints, in order.
+// runBlocks runs the blocks of the markdown file doc marked name, as it is
+// written: in order, as one bash script (set -euo pipefail), from the top
+// of the checkout, and checks that the lines of the blocks marked
+// "name: output" appear in what it prints, in order.
 //
-// It runs on the agent's embedded in-memory runtime (the quickstart asks
-// for no podman), in a network namespace of its own (unshare --net, its
-// loopback brought up): the ports the quickstart names are free there
-// whatever else runs on the machine, and nothing it sends leaves it. Its
-// TMPDIR is the test's, so the quickstart's mktemp scratch directory is
-// removed with the test's; it gets at most 3 minutes, and the whole
-// process group is killed after it, leaving no agent behind.
-func TestQuickstart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binaries and runs an agent")
-	}
-	needs.Root(t, "the quickstart runs in a network namespace of its own")
+// It runs in a network namespace of its own (unshare --net, its loopback
+// brought up): the ports the blocks name are free there whatever else runs
+// on the machine, and nothing they send leaves it (a unix socket, such as
+// podman's, still reaches the machine's services). Its TMPDIR is the
+// test's, so a mktemp scratch directory goes with the test's; it gets at
+// most limit, a trap ends what the script started in the background when
+// it exits (an agent would hold its output open), and the whole process
+// group is killed after it.
+func runBlocks(t *testing.T, doc, name string, limit time.Duration, env ...string) {
+	t.Helper()
+	needs.Root(t, "the blocks run in a network namespace of their own")
 	for _, tool := range []struct{ name, pkg string }{
 		{"unshare", "util-linux"}, {"ip", "iproute2"}, {"dig", "bind9-dnsutils"},
 		{"curl", "curl"}, {"make", "make"}, {"go", "golang (Go 1.26)"},
@@ -124,32 +123,29 @@ func TestQuickstart(t *testing.T) {
 		needs.Tool(t, tool.name, tool.pkg)
 	}
 	root := repoRoot(t)
-	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	data, err := os.ReadFile(filepath.Join(root, doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmds, want, err := quickstart(string(data))
+	cmds, want, err := blocks(string(data), name)
 	if err != nil {
-		t.Fatalf("README.md: %v", err)
+		t.Fatalf("%s: %v", doc, err)
 	}
 	if len(cmds) == 0 {
-		t.Fatalf("README.md has no block marked %s: the quickstart is not tested", quickstartMark)
+		t.Fatalf("%s has no block marked <!-- %s -->: it is not tested", doc, name)
 	}
 	tmp := t.TempDir()
-	script := filepath.Join(tmp, "quickstart.sh")
-	// On a failure the script exits at once (set -e), and its trap ends
-	// what it started in the background (the agent), which would otherwise
-	// hold its output open.
+	script := filepath.Join(tmp, name+".sh")
 	body := "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + strings.Join(cmds, "\n") + "\n"
 	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "unshare", "--net", "--", "bash", "-c",
 		`ip link set lo up && exec bash "$0"`, script)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	cmd.Env = append(append(os.Environ(), "TMPDIR="+tmp), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second // a process left behind holding the output: stop reading it
@@ -157,18 +153,49 @@ func TestQuickstart(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
 	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // an agent the script left behind
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // anything the script left behind
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		t.Fatalf("the quickstart did not finish within 3 minutes; it printed:\n%s", out.String())
+		t.Fatalf("%s's %s did not finish within %v; it printed:\n%s", doc, name, limit, out.String())
 	}
 	if err != nil {
-		t.Fatalf("the quickstart failed (%v); the script:\n%s\nit printed:\n%s", err, body, out.String())
+		t.Fatalf("%s's %s failed (%v); the script:\n%s\nit printed:\n%s", doc, name, err, body, out.String())
 	}
 	if missing := inOrder(want, out.String()); missing != "" {
-		t.Errorf("the quickstart's output lacks %q (after the lines before it in README.md); it printed:\n%s", missing, out.String())
+		t.Errorf("%s's %s: the output lacks %q (after the lines before it in %s); it printed:\n%s", doc, name, missing, doc, out.String())
 	}
-	if left, _ := filepath.Glob(filepath.Join(tmp, "tmp.*")); len(left) > 0 {
-		t.Errorf("the quickstart left %v: its clean-up block does not remove what it made", left)
+	if left, _ := filepath.Glob(filepath.Join(tmp, "*.*")); len(left) > 1 { // the script itself
+		t.Errorf("%s's %s left %v: its clean-up block does not remove what it made", doc, name, left)
 	}
+}
+
+// TestQuickstart runs the README's quickstart (<!-- quickstart --> blocks)
+// as written, on the agent's embedded in-memory runtime: it asks for no
+// podman.
+func TestQuickstart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries and runs an agent")
+	}
+	runBlocks(t, "README.md", "quickstart", 3*time.Minute)
+}
+
+// TestPodmanWalkthrough runs the operator guide's "Five minutes with the
+// agent on podman" (<!-- walkthrough --> blocks) as written, against the
+// podman service the tests use (MESHHOST_PODMAN_SOCKET), which stands in for
+// its <!-- walkthrough: setup --> block (scripts/podman-up, which make test
+// has run). The containers and the volume it makes are removed after it,
+// whether or not its own clean-up block ran.
+func TestPodmanWalkthrough(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries and runs the agent against podman")
+	}
+	socket := podmantest.Socket(t)
+	podman := needs.Tool(t, "podman", "podman")
+	remove := func() {
+		_ = exec.Command(podman, "--url", socket, "rm", "-f", "-t", "0", "walkthrough-web", "walkthrough-db").Run()
+		_ = exec.Command(podman, "--url", socket, "volume", "rm", "-f", "walkthrough-db-data").Run()
+	}
+	remove() // a run killed before its clean-up
+	t.Cleanup(remove)
+	runBlocks(t, "docs/operator.md", "walkthrough", 4*time.Minute, "MESHHOST_PODMAN_SOCKET="+socket)
 }
