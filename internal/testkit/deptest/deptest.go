@@ -2,7 +2,8 @@
 // spirit of tailscale's tstest/deptest: the leaves stay leaves, one package
 // talks to podman, no public package hands out an internal type, every
 // ...Locked function asserts its lock, no function of the agent's side is
-// too long or too complex to read, and README's layout lists every
+// too long or too complex to read, and docs/development.md's layout lists
+// every
 // package. The rules themselves are in rules_test.go; this file reads the
 // module with `go list` and go/ast, and measures cognitive complexity
 // with github.com/uudashr/gocognit.

@@ -165,19 +165,20 @@ func TestExposedInternalFindsIt(t *testing.T) {
 	}
 }
 
-// TestReadmeListsEveryPackage: README's layout tables name every package
-// of the module, each on one line of its own, and no package that is not
-// there: a newcomer meets none the README does not mention.
-func TestReadmeListsEveryPackage(t *testing.T) {
+// TestDocsListEveryPackage: the layout tables of docs/development.md name
+// every package of the module, each on one line of its own, and no package
+// that is not there: a newcomer meets none the docs do not mention.
+func TestDocsListEveryPackage(t *testing.T) {
 	mod, pkgs := List(t, "./...")
 	root := filepath.Dir(pkgs[mod+"/spec"].Dir)
-	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	const doc = "docs/development.md"
+	data, err := os.ReadFile(filepath.Join(root, doc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, layout, ok := strings.Cut(string(data), "\n## Layout\n")
 	if !ok {
-		t.Fatal(`README.md has no "## Layout" section`)
+		t.Fatalf(`%s has no "## Layout" section`, doc)
 	}
 	layout, _, _ = strings.Cut(layout, "\n## ")
 	rows := map[string]int{} // the first cell of each table row, by its name
@@ -192,14 +193,14 @@ func TestReadmeListsEveryPackage(t *testing.T) {
 		rel := strings.TrimPrefix(path, mod+"/")
 		switch n := rows[rel]; {
 		case n == 0:
-			t.Errorf("README.md's layout does not list %s", rel)
+			t.Errorf("%s's layout does not list %s", doc, rel)
 		case n > 1:
-			t.Errorf("README.md's layout lists %s %d times", rel, n)
+			t.Errorf("%s's layout lists %s %d times", doc, rel, n)
 		}
 	}
 	for name := range rows {
 		if _, ok := pkgs[mod+"/"+name]; !ok && name != "tools" { // tools: a module of its own
-			t.Errorf("README.md's layout lists %s, which is not a package of %s", name, mod)
+			t.Errorf("%s's layout lists %s, which is not a package of %s", doc, name, mod)
 		}
 	}
 }
