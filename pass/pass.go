@@ -21,7 +21,7 @@ import (
 	"sync"
 
 	"github.com/meshhost/meshhost/internal/admit"
-	"github.com/meshhost/meshhost/internal/agent/rosterguard"
+	"github.com/meshhost/meshhost/pass/rosterguard"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
 )
