@@ -57,13 +57,16 @@ func TestHostAgentExample(t *testing.T) {
 		t.Fatalf("%s's module is %s, under %s: the go command would let it import %s's internal packages; give it a path of its own (example.com/...)", hostAgentExample, p, mod, mod)
 	}
 	bin := filepath.Join(t.TempDir(), "hostagent")
-	build := exec.CommandContext(ctx, gobin, "build", "-o", bin, ".")
-	build.Dir = dir
-	build.Env = offline(os.Environ())
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build in %s (GOPROXY=off GOFLAGS=-mod=readonly): %v\n%s\n"+
-			"If go.mod or go.sum is stale, bring them up to date: cd %s && GOPROXY=off GOFLAGS=-mod=mod go mod tidy -e",
-			hostAgentExample, err, out, hostAgentExample)
+	for _, args := range [][]string{{"vet", "."}, {"build", "-o", bin, "."}} {
+		cmd := exec.CommandContext(ctx, gobin, args...)
+		cmd.Dir = dir
+		cmd.Env = offline(os.Environ())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s in %s (GOPROXY=off GOFLAGS=-mod=readonly): %v\n%s\n"+
+				"If its go.mod or go.sum is stale (a dependency of meshhost moved), bring them up to date: "+
+				"cd %s && go mod tidy (offline: cp ../../go.sum . && GOPROXY=off GOSUMDB=off GOFLAGS=-mod=mod go mod tidy -e)",
+				args[0], hostAgentExample, err, out, hostAgentExample)
+		}
 	}
 	run := exec.CommandContext(ctx, bin)
 	var stderr bytes.Buffer
