@@ -20,9 +20,9 @@ import (
 	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/journal"
-	"github.com/meshhost/meshhost/internal/agent/pass"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/migrations"
+	"github.com/meshhost/meshhost/pass"
 	"github.com/meshhost/meshhost/spec"
 )
 

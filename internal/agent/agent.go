@@ -38,8 +38,6 @@ import (
 
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/journal"
-	"github.com/meshhost/meshhost/internal/agent/pass"
-	"github.com/meshhost/meshhost/internal/agent/rosterguard"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
 	"github.com/meshhost/meshhost/internal/plumbing/deltalog"
@@ -47,6 +45,8 @@ import (
 	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/migrations"
+	"github.com/meshhost/meshhost/pass"
+	"github.com/meshhost/meshhost/pass/rosterguard"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/agent/pass"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/migrations"
+	"github.com/meshhost/meshhost/pass"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )

@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/meshhost/meshhost/internal/agent/pass"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
+	"github.com/meshhost/meshhost/pass"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/resolver/control"

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshhost/meshhost/internal/agent/pass"
 	"github.com/meshhost/meshhost/internal/demo/incident"
+	"github.com/meshhost/meshhost/pass"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
 )

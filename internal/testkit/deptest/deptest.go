@@ -2,9 +2,9 @@
 // spirit of tailscale's tstest/deptest: the leaves stay leaves, one package
 // talks to podman, no public package hands out an internal type, every
 // ...Locked function asserts its lock, no function of the agent's side is
-// too long or too complex to read, and docs/development.md's layout lists
-// every
-// package. The rules themselves are in rules_test.go; this file reads the
+// too long or too complex to read, docs/development.md's layout lists
+// every package, and a host agent outside the module (examples/hostagent)
+// builds from the public packages alone. The rules themselves are in rules_test.go; this file reads the
 // module with `go list` and go/ast, and measures cognitive complexity
 // with github.com/uudashr/gocognit.
 package deptest

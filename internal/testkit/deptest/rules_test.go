@@ -18,12 +18,13 @@ func isPodman(path string) bool {
 	return slices.ContainsFunc(podmanBindings, func(p string) bool { return strings.HasPrefix(path, p) })
 }
 
-// TestLeaves: spec imports only the standard library; digest and admit
-// only the standard library and spec. Anything that speaks the vocabulary
-// builds without podman, DNS or JSON-reader code, and every path that
-// admits an input (the resolver's included) may import the admission rule.
+// TestLeaves: spec imports only the standard library; digest, admit and
+// the roster guard only the standard library and spec. Anything that
+// speaks the vocabulary builds without podman, DNS or JSON-reader code,
+// and every path that admits an input (the resolver's included) may
+// import the admission rule.
 func TestLeaves(t *testing.T) {
-	mod, pkgs := List(t, "./spec", "./digest", "./internal/admit")
+	mod, pkgs := List(t, "./spec", "./digest", "./internal/admit", "./pass/rosterguard")
 	for _, tc := range []struct {
 		pkg   string
 		allow []string
@@ -31,6 +32,7 @@ func TestLeaves(t *testing.T) {
 		{mod + "/spec", nil},
 		{mod + "/digest", []string{mod + "/spec"}},
 		{mod + "/internal/admit", []string{mod + "/spec"}},
+		{mod + "/pass/rosterguard", []string{mod + "/spec"}},
 	} {
 		t.Run(strings.TrimPrefix(tc.pkg, mod+"/"), func(t *testing.T) {
 			p, ok := pkgs[tc.pkg]
@@ -92,6 +94,21 @@ func TestReconcileImportsItsChoicesOnly(t *testing.T) {
 	}
 }
 
+// TestPassImportsItsChoicesOnly: of this module, the pass pipeline
+// depends on the vocabulary (spec, digest), the reconciler's plan, the
+// admission rule and its roster guard alone: not on the agent, the
+// migrations (it takes a Gate) or a runtime, so that a host agent outside
+// the module composes a pass from what it chose.
+func TestPassImportsItsChoicesOnly(t *testing.T) {
+	mod, pkgs := List(t, "./pass")
+	allow := []string{mod + "/spec", mod + "/digest", mod + "/reconcile", mod + "/internal/admit", mod + "/pass/rosterguard"}
+	for _, d := range pkgs[mod+"/pass"].Deps {
+		if strings.HasPrefix(d, mod+"/") && !slices.Contains(allow, d) {
+			t.Errorf("pass depends on %s; of this module it may depend on %v only", d, allow)
+		}
+	}
+}
+
 // TestTestkitInTestsOnly: internal/testkit's fixtures are imported by
 // tests, never by the product.
 func TestTestkitInTestsOnly(t *testing.T) {
@@ -130,7 +147,7 @@ func TestNoPublicAPIExposesInternal(t *testing.T) {
 		}
 	}
 	if checked < 8 {
-		t.Errorf("checked %d public packages; expected spec, spec/specjson, digest, resolver, reconcile and its runtimes, migrations", checked)
+		t.Errorf("checked %d public packages; expected spec, spec/specjson, digest, resolver, reconcile and its runtimes, migrations, pass", checked)
 	}
 }
 
@@ -167,7 +184,9 @@ func TestExposedInternalFindsIt(t *testing.T) {
 
 // TestDocsListEveryPackage: the layout tables of docs/development.md name
 // every package of the module, each on one line of its own, and no package
-// that is not there: a newcomer meets none the docs do not mention.
+// that is not there (but the modules of their own beside it: tools,
+// examples/hostagent, each a directory with a go.mod): a newcomer meets none
+// the docs do not mention.
 func TestDocsListEveryPackage(t *testing.T) {
 	mod, pkgs := List(t, "./...")
 	root := filepath.Dir(pkgs[mod+"/spec"].Dir)
@@ -199,10 +218,17 @@ func TestDocsListEveryPackage(t *testing.T) {
 		}
 	}
 	for name := range rows {
-		if _, ok := pkgs[mod+"/"+name]; !ok && name != "tools" { // tools: a module of its own
+		if _, ok := pkgs[mod+"/"+name]; !ok && !ownModule(root, name) {
 			t.Errorf("%s's layout lists %s, which is not a package of %s", doc, name, mod)
 		}
 	}
+}
+
+// ownModule reports whether name, a directory under root, is a module of
+// its own (it has a go.mod): not a package of this one.
+func ownModule(root, name string) bool {
+	_, err := os.Stat(filepath.Join(root, filepath.FromSlash(name), "go.mod"))
+	return err == nil
 }
 
 // ownAssertion names, by package, the package's own copy of
@@ -268,8 +294,8 @@ func TestLockedWithoutAssertionFindsThem(t *testing.T) {
 	}
 }
 
-// Function size limits of the agent's side (cmd/ and internal/agent,
-// tests excluded): issue #26's "a newcomer can read it in a day".
+// Function size limits of the agent's side (cmd/, internal/agent and the
+// pass it computes, tests excluded): issue #26's "a newcomer can read it in a day".
 const (
 	maxFuncLines      = 100
 	maxFuncComplexity = 40 // gocognit's cognitive complexity
@@ -279,12 +305,12 @@ const (
 // who removes it; the list only shrinks.
 var oversizedAllowed = map[string]string{}
 
-// TestFunctionsReadable: no function in cmd/ or internal/agent (tests
-// excluded) is longer than maxFuncLines or of a cognitive complexity over
+// TestFunctionsReadable: no function in cmd/, internal/agent or pass
+// (tests excluded) is longer than maxFuncLines or of a cognitive complexity over
 // maxFuncComplexity: setup in phases, each a function a newcomer reads at
 // once (tailscaled's main is 143 lines and 51).
 func TestFunctionsReadable(t *testing.T) {
-	mod, pkgs := List(t, "./cmd/...", "./internal/agent/...")
+	mod, pkgs := List(t, "./cmd/...", "./internal/agent/...", "./pass/...")
 	stale := maps.Clone(oversizedAllowed)
 	for path, p := range pkgs {
 		rel := strings.TrimPrefix(path, mod+"/")

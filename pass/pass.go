@@ -8,6 +8,15 @@
 // of "render every container" drift, and one did (plan rendered with the
 // declared roster while the agent rendered with the roster in force).
 //
+// A host agent of your own composes a pass from public packages the same
+// way: a reconcile.Reconciler over its runtime (reconcile/podman, or
+// reconcile/memory in tests) is the Planner, a migrations.Gate is the
+// Gate, and the roster guard's Policy is pass/rosterguard's. Compute only
+// computes; the caller applies the plan (reconcile.Reconciler.Apply) unless
+// Computed.Hold holds it, and serves the roster in force (resolver). See
+// the package example, and examples/hostagent for a whole loop built
+// outside this module.
+//
 //	declaration ─┐
 //	roster in force (RosterInForce: served, declared, guard) ─┤
 //	gate (Modes) ─┤
@@ -21,7 +30,7 @@ import (
 	"sync"
 
 	"github.com/meshhost/meshhost/internal/admit"
-	"github.com/meshhost/meshhost/internal/agent/rosterguard"
+	"github.com/meshhost/meshhost/pass/rosterguard"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
 )
