@@ -113,14 +113,17 @@ type stored struct {
 	data []byte
 }
 
-// readUnit returns the entries of one file; none for a file pruned since
-// it was listed.
+// errPruned: a file listed was pruned before it was read.
+var errPruned = errors.New("journal file pruned since it was listed")
+
+// readUnit returns the entries of one file, and errPruned for a file
+// pruned since it was listed.
 func (j *Journal) readUnit(sub string, l listed) ([]stored, error) {
 	if !l.segment {
 		data, err := os.ReadFile(j.file(sub, l.key, entryExt))
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			return nil, nil
+			return nil, errPruned
 		case err != nil:
 			return nil, fmt.Errorf("reading journal entry: %w", err)
 		}
@@ -128,9 +131,15 @@ func (j *Journal) readUnit(sub string, l listed) ([]stored, error) {
 	}
 	// A torn last record (a crash mid-append, or an append under way in
 	// the agent while an operator command reads) is left out.
-	recs, err := j.readSegment(j.file(sub, l.key, segmentExt))
+	path := j.file(sub, l.key, segmentExt)
+	recs, err := j.readSegment(path)
 	if err != nil {
 		return nil, err
+	}
+	if len(recs) == 0 {
+		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, errPruned
+		}
 	}
 	out := make([]stored, len(recs))
 	for i, r := range recs {
@@ -148,6 +157,12 @@ func (j *Journal) all(sub string) ([]stored, error) {
 	var out []stored
 	for _, l := range files {
 		es, err := j.readUnit(sub, l)
+		if errors.Is(err, errPruned) {
+			// Pruned while this read ran (oldest first): what was read
+			// before it is pruned too, and keeping it would leave a gap.
+			out = out[:0]
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -194,6 +209,9 @@ func (j *Journal) read(sub string, key uint64, v any) error {
 	}
 	for _, l := range candidates {
 		es, err := j.readUnit(sub, l)
+		if errors.Is(err, errPruned) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
