@@ -91,6 +91,10 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 		if err != nil {
 			return 1, err
 		}
+		if gate != nil {
+			// The host's network, where the agent's declaration uses it.
+			nets = migrations.WithHost(nets, gate.State().Used)
+		}
 		results := runner.Probe(ctx, nets, prefer)
 		if gate != nil {
 			if _, err := gate.Observe(nets); err != nil {
