@@ -9,7 +9,9 @@
 //     the way a strategy says (StrategyGateway: on the network's gateway;
 //     StrategyNodeLocal: on a node-local address such as 169.254.53.53
 //     assigned to the host's lo, with the network's aardvark-dns kept for
-//     container names), then runs a short-lived container of the probe
+//     container names; StrategyLoopback: on a loopback address, for the
+//     host's own network, HostNetwork, which podman does not list and
+//     WithHost adds where a declared container is on it), then runs a short-lived container of the probe
 //     image (cmd/meshprobe) on that network, configured exactly as a
 //     resolve-mode container there would be, which must resolve a canary
 //     name only this process's resolver can answer, a name outside the

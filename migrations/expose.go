@@ -22,7 +22,8 @@ type ExposerConfig struct {
 	// host, so probe traffic never leaves the machine.
 	NodeLocal netip.Addr
 	// Loopback is StrategyAardvark's address, where aardvark-dns forwards
-	// from the host. Default DefaultLoopback; it must be in 127.0.0.0/8
+	// from the host, and StrategyLoopback's, where a container on the
+	// host's network asks. Default DefaultLoopback; it must be in 127.0.0.0/8
 	// (or ::1), which every host routes to itself without configuration.
 	Loopback netip.Addr
 	// Allow is the resolver's own client allow list; the Exposer sets the
@@ -165,6 +166,17 @@ func (e *Exposer) endpoint(n Network, s Strategy) (endpoint, error) {
 		return endpoint{
 			listen: []netip.AddrPort{netip.AddrPortFrom(lo, 53)},
 			dns:    spec.DNSConfig{Servers: []netip.Addr{lo}, Search: []string{PodmanDNSZone}, Options: dnsOptions},
+		}, nil
+	case StrategyLoopback:
+		if KindOf(n) != KindHost {
+			return endpoint{}, errors.New("only a container on the host's network shares the host's loopback")
+		}
+		lo := e.cfg.Loopback
+		// The container's queries come from the host's own namespace, from
+		// loopback, which the resolver always answers.
+		return endpoint{
+			listen: []netip.AddrPort{netip.AddrPortFrom(lo, 53)},
+			dns:    spec.DNSConfig{Servers: []netip.Addr{lo}, Options: dnsOptions},
 		}, nil
 	}
 	return endpoint{}, fmt.Errorf("strategy %q needs no resolver", s)

@@ -3,6 +3,8 @@ package migrations
 import (
 	"net/netip"
 	"slices"
+
+	"github.com/meshhost/meshhost/spec"
 )
 
 // Network is one runtime network as the probe needs it. The runtime
@@ -116,9 +118,32 @@ const (
 	// 4.4), the container would ask its own loopback: the probe fails, and
 	// says so.
 	StrategyAardvark Strategy = "aardvark"
+	// StrategyLoopback: on the host's network (spec.HostNetwork) the
+	// container shares the host's namespace, so the resolver listens on a
+	// loopback address (RunnerConfig.Loopback, as StrategyAardvark's:
+	// nothing to assign, nothing reachable from off the machine), which is
+	// the container's DNS server.
+	StrategyLoopback Strategy = "loopback"
 	// StrategyNone: the network has nothing to resolve (driver none).
 	StrategyNone Strategy = "none"
 )
+
+// HostNetwork is the host's network namespace as a Network. Podman lists
+// no such network (its `--network host` is a mode); WithHost adds it where
+// a declared container uses it, so that it is probed, switched and rolled
+// back as any other network.
+var HostNetwork = Network{Name: spec.HostNetwork, Driver: "host"}
+
+// WithHost returns nets, the runtime's networks, with HostNetwork added
+// when used (Gate.Declare's networks, State.Used) names spec.HostNetwork
+// and nets has no network of that name. A machine whose declaration puts
+// nothing on the host's network never probes it.
+func WithHost(nets []Network, used []string) []Network {
+	if !slices.Contains(used, spec.HostNetwork) || slices.ContainsFunc(nets, func(n Network) bool { return n.Name == spec.HostNetwork }) {
+		return nets
+	}
+	return append(slices.Clone(nets), HostNetwork)
+}
 
 // PodmanDNSZone is the search domain of podman's aardvark-dns.
 const PodmanDNSZone = "dns.podman"
@@ -134,7 +159,7 @@ func candidates(k Kind) []Strategy {
 	case KindBridgeDNS:
 		return []Strategy{StrategyAardvark, StrategyNodeLocal}
 	case KindHost:
-		return []Strategy{StrategyNodeLocal}
+		return []Strategy{StrategyLoopback, StrategyNodeLocal}
 	case KindInternal:
 		return []Strategy{StrategyGateway}
 	case KindMacvlan, KindIPvlan, KindOther:

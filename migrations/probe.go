@@ -92,7 +92,8 @@ type RunnerConfig struct {
 	// The strategy is tried only while the address is assigned to this
 	// host, so probe traffic never leaves the machine.
 	NodeLocal netip.Addr
-	// Loopback is StrategyAardvark's address. Default DefaultLoopback.
+	// Loopback is StrategyAardvark's and StrategyLoopback's address.
+	// Default DefaultLoopback.
 	Loopback netip.Addr
 	// Allow is the resolver's own client allow list; the Runner sets the
 	// resolver's list to it plus the subnets of the networks it serves.

@@ -78,7 +78,8 @@ type Settings struct {
 	// resolve mode back to copy mode (GateConfig.RollbackAfter).
 	RollbackAfter int `json:"rollback_after,omitempty"`
 	// NodeLocal and Loopback are the addresses the agent's resolver is
-	// exposed on for StrategyNodeLocal and StrategyAardvark
+	// exposed on for StrategyNodeLocal, and StrategyAardvark and
+	// StrategyLoopback
 	// (GateConfig's fields of the same names): a proof of another
 	// address (a probe run with other flags) proves a nameserver nobody
 	// serves, and switches nothing. Zero: the defaults.
@@ -93,7 +94,7 @@ func (set Settings) proofMismatch(p *Proof) string {
 	switch p.Strategy {
 	case StrategyNodeLocal:
 		want = cmp.Or(set.NodeLocal, netip.MustParseAddr(DefaultNodeLocal))
-	case StrategyAardvark:
+	case StrategyAardvark, StrategyLoopback:
 		want = cmp.Or(set.Loopback, netip.MustParseAddr(DefaultLoopback))
 	default:
 		return "" // the network's own addresses (gateway), or none

@@ -41,6 +41,42 @@ const (
 	DefaultProtocol    = "tcp"
 )
 
+// HostNetwork is the network name that puts a container in the host's
+// network namespace, as podman's `--network host` does: what a podman user
+// writes, `"networks": [{"name": "host"}]`, means exactly that. Such a
+// container has no network of its own, so it may name no other network and
+// has no aliases, static addresses or published ports (it binds the host's
+// ports itself). Podman refuses to create a network of this name, so no
+// bridge network can be meant by it.
+const HostNetwork = "host"
+
+// OnHostNetwork reports whether c is in the host's network namespace
+// (HostNetwork).
+func (c Container) OnHostNetwork() bool {
+	for _, n := range c.Networks {
+		if n.Name == HostNetwork {
+			return true
+		}
+	}
+	return false
+}
+
+// networkModes are the other values of podman's --network that are not
+// networks (podman refuses to create networks of these names, and reads
+// them as modes): a declaration naming one as a network would pass
+// parsing and then fail every pass with "unable to find network with name
+// or ID". The value says what to write instead.
+var networkModes = map[string]string{
+	"bridge":      "omit networks for podman's default network, or name a network",
+	"default":     "omit networks for podman's default network, or name a network",
+	"private":     "omit networks for podman's default network, or name a network",
+	"none":        "meshhost declares no container without a network; name a network, or \"host\"",
+	"slirp4netns": "rootless networking is not what meshhost runs; name a network, or \"host\"",
+	"pasta":       "rootless networking is not what meshhost runs; name a network, or \"host\"",
+	"container":   "sharing another container's network is not supported; name a network, or \"host\"",
+	"ns":          "joining a namespace by path is not supported; name a network, or \"host\"",
+}
+
 // AsideSuffix is appended to a container's name while the reconciler
 // replaces it: the old container waits under NAME+AsideSuffix until its
 // replacement runs, and a pass after a crash finds it there. A declared

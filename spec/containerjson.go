@@ -192,9 +192,12 @@ func validateContainer(errs *FaultList, p string, c Container) {
 		targets[m.Target] = i
 	}
 	nets := map[string]int{}
+	validateHostNetwork(errs, p, c, networks, ports)
 	for i, n := range networks {
 		np := fmt.Sprintf("%s.networks[%d]", p, i)
-		if !networkNameRE.MatchString(n.Name) {
+		if fix, mode := networkModes[n.Name]; mode {
+			errs.Add(np+".name", "%q is a podman network mode, not a network: %s", n.Name, fix)
+		} else if !networkNameRE.MatchString(n.Name) {
 			errs.Add(np+".name", "%q is not a network name", n.Name)
 		}
 		if j, dup := nets[n.Name]; dup {
@@ -248,6 +251,43 @@ func validateContainer(errs *FaultList, p string, c Container) {
 				errs.Add(fmt.Sprintf("%s.%s[%d]", p, caps.key, i), "%q is not a capability name (e.g. NET_ADMIN)", cp)
 			}
 		}
+	}
+}
+
+// validateHostNetwork adds the faults of a container on the host's network
+// (spec.HostNetwork) asking for what only a network of its own has: another
+// network, aliases, static addresses or published ports. Podman would
+// ignore some of them silently and refuse others at every pass; the
+// container binds the host's ports itself.
+func validateHostNetwork(errs *FaultList, p string, c Container, networks []NetworkAttachment, ports []Port) {
+	host := -1
+	for i, n := range networks {
+		if n.Name == HostNetwork {
+			host = i
+			break
+		}
+	}
+	if host < 0 {
+		return
+	}
+	hp := fmt.Sprintf("%s.networks[%d]", p, host)
+	for i, n := range networks {
+		if n.Name != HostNetwork {
+			errs.Add(fmt.Sprintf("%s.networks[%d].name", p, i), "%q with networks[%d] \"host\": a container on the host's network has no other network; declare it on the host's network only, or drop \"host\"", n.Name, host)
+		}
+	}
+	n := networks[host]
+	if len(n.Aliases) > 0 {
+		errs.Add(hp+".aliases", "a container on the host's network has no network aliases (it answers on the host's own names); remove them")
+	}
+	if n.IPv4.IsValid() {
+		errs.Add(hp+".ipv4", "a container on the host's network has the host's addresses, not a static one; remove it")
+	}
+	if n.IPv6.IsValid() {
+		errs.Add(hp+".ipv6", "a container on the host's network has the host's addresses, not a static one; remove it")
+	}
+	for i := range ports {
+		errs.Add(fmt.Sprintf("%s.ports[%d]", p, i), "a container on the host's network publishes no ports: it binds the host's ports itself; remove ports")
 	}
 }
 

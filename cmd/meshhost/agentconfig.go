@@ -69,7 +69,7 @@ func defineAgentFlags(fs *flag.FlagSet) *agentFlags {
 	f.holdAbove = fs.Int("hold-above", agent.DefaultHoldAbove, "hold a declaration whose plan would replace and remove more than `N` containers (together) until meshhost approve GEN (0 never holds)")
 	f.window = fs.Duration("budget-window", reconcile.DefaultBudget.Window, "the replacement budget's window")
 	f.nodeLocal = fs.String("node-local", migrations.DefaultNodeLocal, "the node-local resolver address (assigned to lo) for routed networks")
-	f.loopback = fs.String("loopback", migrations.DefaultLoopback, "the loopback address (127.0.0.0/8) where the resolver serves aardvark-dns's forwarded queries, for DNS-enabled networks (podman 4.4 and later)")
+	f.loopback = fs.String("loopback", migrations.DefaultLoopback, "the loopback address (127.0.0.0/8) where the resolver serves aardvark-dns's forwarded queries, for DNS-enabled networks (podman 4.4 and later), and containers on the host's network")
 	f.probeBinary = fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
 	f.proofMaxAge = fs.Duration("proof-max-age", migrations.DefaultMaxProofAge, "how old a passing probe may be and still switch a network to the resolver; older ones (an agent that could not probe since) wait for a new probe")
 	f.probeOutside = fs.String("probe-outside", "", "a name outside the mesh the probe must resolve through the resolver's forwarding, as NAME or NAME=ADDR; required before any network can switch to the resolver")

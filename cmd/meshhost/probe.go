@@ -46,7 +46,7 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 	stateDir := fs.String("state", "", "record the results in the migration state in `DIR` (as the agent does); default: only print them")
 	output := fs.String("output", "text", "output format: text or json")
 	nodeLocal := fs.String("node-local", migrations.DefaultNodeLocal, "the node-local address (assigned to lo) of the node-local strategy")
-	loopback := fs.String("loopback", migrations.DefaultLoopback, "the loopback address (127.0.0.0/8) of the aardvark strategy")
+	loopback := fs.String("loopback", migrations.DefaultLoopback, "the loopback address (127.0.0.0/8) of the aardvark and loopback strategies")
 	binary := fs.String("probe-binary", "", "the meshprobe binary (default $"+migrations.EnvProbeBinary+", next to meshhost, or on $PATH)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the whole probe")
 	return func(ctx context.Context, args []string) (int, error) {
@@ -90,6 +90,10 @@ func defineProbe(env *environment, fs *flag.FlagSet) runner {
 		nets, err := p.Networks(ctx)
 		if err != nil {
 			return 1, err
+		}
+		if gate != nil {
+			// The host's network, where the agent's declaration uses it.
+			nets = migrations.WithHost(nets, gate.State().Used)
 		}
 		results := runner.Probe(ctx, nets, prefer)
 		if gate != nil {

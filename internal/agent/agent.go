@@ -943,6 +943,9 @@ func (a *Agent) gateLocked(ctx context.Context, zones []string, rep *Report) err
 	if err != nil {
 		return fmt.Errorf("listing networks: %w", err)
 	}
+	// Podman lists no host network: it is one where a declared container
+	// is on it (Gate.Declare ran this pass), probed and switched as any.
+	nets = migrations.WithHost(nets, a.cfg.Gate.State().Used)
 	if _, err := a.cfg.Gate.Observe(nets); err != nil {
 		return fmt.Errorf("observing networks: %w", err)
 	}

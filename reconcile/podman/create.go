@@ -21,7 +21,8 @@ import (
 const cpuPeriod = 100_000
 
 // specGenerator returns the podman create request for r: every setting of r,
-// and nothing else but what podman requires (the bridge network mode).
+// and nothing else but what podman requires (the bridge network mode, or
+// the host's for a container on spec.HostNetwork).
 // Settings r leaves at zero are left to podman and the image, except the
 // pids limit, which is unlimited as spec says (podman's default is 2048).
 func specGenerator(r spec.Rendered) (*specgen.SpecGenerator, error) {
@@ -61,7 +62,16 @@ func specGenerator(r spec.Rendered) (*specgen.SpecGenerator, error) {
 
 	s.NetNS = specgen.Namespace{NSMode: specgen.Bridge}
 	s.Networks = map[string]nettypes.PerNetworkOptions{}
+	if r.OnHostNetwork() {
+		// The host's namespace, not a network: spec refuses it with any
+		// other network, aliases or static addresses.
+		s.NetNS = specgen.Namespace{NSMode: specgen.Host}
+		s.Networks = nil
+	}
 	for _, n := range r.Networks {
+		if n.Name == spec.HostNetwork {
+			continue
+		}
 		o := nettypes.PerNetworkOptions{Aliases: slices.Clone(n.Aliases)}
 		for _, a := range []netip.Addr{n.IPv4, n.IPv6} {
 			if a.IsValid() {

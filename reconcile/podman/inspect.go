@@ -177,6 +177,10 @@ func settings(d *define.InspectContainerData) spec.Rendered {
 		}
 		slices.SortFunc(r.Networks, func(a, b spec.NetworkAttachment) int { return cmp.Compare(a.Name, b.Name) })
 	}
+	if hc.NetworkMode == "host" {
+		// Podman reports no networks for the host's namespace.
+		r.Networks = []spec.NetworkAttachment{{Name: spec.HostNetwork}}
+	}
 
 	r.Restart = spec.RestartPolicy{Name: "no"}
 	if rp := hc.RestartPolicy; rp != nil && rp.Name != "" {
