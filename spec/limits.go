@@ -11,7 +11,7 @@ package spec
 //
 // They are far above what an operator of a large mesh declares by
 // accident: a 100,000-name roster is a twentieth of MaxNames, and a
-// machine of the incident's hub ran 45 containers. The README lists them.
+// machine of the incident's hub ran 45 containers. docs/formats.md lists them ("Limits").
 const (
 	// MaxDocumentBytes bounds a declaration or roster document, however it
 	// arrives (a push, a watched file, the roster file, the saved state).

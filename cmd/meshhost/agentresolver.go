@@ -69,7 +69,7 @@ func openResolver(ctx context.Context, g *errgroup.Group, c *agentConfig, logger
 	}
 	depUp.WithLabelValues("resolver").Set(1)
 	if c.Runtime == "podman" {
-		logger.Warn("the resolver runs in the agent's process: containers in resolve mode lose DNS whenever the agent stops or restarts; run meshhost-resolver and pass --resolver unix:PATH (README, Architecture)")
+		logger.Warn("the resolver runs in the agent's process: containers in resolve mode lose DNS whenever the agent stops or restarts; run meshhost-resolver and pass --resolver unix:PATH (docs/architecture.md)")
 	}
 	return e, nil
 }

@@ -61,7 +61,7 @@ func TestDemoJSON(t *testing.T) {
 	}
 }
 
-// TestExitCodes: one table for every command (the README's): 0 ok, 1
+// TestExitCodes: one table for every command (docs/operator.md's, "The command line"): 0 ok, 1
 // error (a dependency missing, as podman's socket, included), 2 the plan
 // has changes, 3 a probe failed, 64 usage; help goes to stdout. Exit 2
 // and 3 need a runtime: TestGoldenJSON and the podman tests check them.

@@ -24,7 +24,7 @@ import (
 	"github.com/meshhost/meshhost/spec"
 )
 
-// Exit codes, the same for every command (the README's table).
+// Exit codes, the same for every command (docs/operator.md's table, "The command line").
 const (
 	exitOK      = 0
 	exitError   = 1

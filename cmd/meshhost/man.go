@@ -168,10 +168,21 @@ var exitCodes = []struct {
 	only    []string
 }{
 	{exitOK, "success", nil},
-	{exitError, "an error: a dependency missing (podman's socket), a file that cannot be read, a configuration that is not valid", nil},
+	{exitError, "an error: a dependency missing (podman's socket, for an operator command), a file that cannot be read", nil},
 	{exitChanges, "meshhost plan: the plan has changes", []string{"meshhost-plan"}},
 	{exitProbe, "meshhost probe, meshhost dns-check: a probe or a lookup failed", []string{"meshhost-probe", "meshhost-dns-check"}},
 	{exitUsage, "usage: a flag, an argument or a value the command does not take (sysexits' EX_USAGE)", nil},
+	{exitConfig, "the configuration is refused (meshhost agent, meshhost config check, or a command reading a broken agent.toml), every fault named with its file and line; the agent's unit does not restart for it (sysexits' EX_CONFIG)", configPages()},
+}
+
+// configPages are the pages of the commands that exit exitConfig: the
+// agent, config check, and those that read the agent's configuration.
+func configPages() []string {
+	pages := []string{"meshhost-agent", "meshhost-config"}
+	for name := range operatorConfigKeys {
+		pages = append(pages, "meshhost-"+name)
+	}
+	return pages
 }
 
 // roffEscape makes s safe as roff text: backslashes and dashes escaped, no

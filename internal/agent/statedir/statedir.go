@@ -20,7 +20,7 @@
 //	migrations.json   the migration gate's state (and migrations.json.lock, its lock)
 //	journal/          the history: declarations, rosters that moved alone, and passes
 //	push.sock         the controller's push endpoint, unless --push says otherwise
-//	hash.key          the machine's key (0600) for the hashes of env and label values that records, plans and logs show
+//	hash.key          the machine's key (0600) for the digest labels and the hashes of env and label values that records, plans and logs show
 //	agent.lock        held (flock) by the running agent, with its pid: one agent a state directory
 //	*.corrupt-TIME    a log damaged before its last record, set aside (package deltalog); also in journal/*/
 package statedir
