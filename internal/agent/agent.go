@@ -53,10 +53,12 @@ import (
 )
 
 // Resolver is what the agent needs of the mesh's resolver: to put a roster
-// in force (Update, generation-checked), to say which one is (Roster), and
-// whether it serves one at all (Serving). An in-process *resolver.Server
-// has it; so can a client of a resolver running as its own service. Where
-// the resolver listens and whom it answers goes through the Exposer, which
+// change in force (Apply, generation-checked: a change of k names costs
+// the resolver k), to say which roster is in force (RosterContext, an
+// error when it cannot be read; Roster, nil then), and whether it serves
+// one at all (Serving). An in-process *resolver.Server has it, and so has
+// a *control.Client of a resolver running as its own service. Where the
+// resolver listens and whom it answers goes through the Exposer, which
 // takes the resolver as a migrations.Resolver.
 //
 // New records in the state directory where the resolver is: the control
@@ -64,18 +66,10 @@ import (
 // resolver saves its roster at statedir.Dir.Roster (ResolverAt,
 // ServedRoster).
 type Resolver interface {
-	Update(r *spec.Roster) error
-	Roster() *spec.Roster
-	Serving() bool
-}
-
-// DeltaResolver is a Resolver that also puts a roster delta in force,
-// generation-checked (Apply, as *resolver.Server's): a roster change of k
-// names then costs the resolver k. Without it, the agent sends Update the
-// whole roster.
-type DeltaResolver interface {
-	Resolver
 	Apply(d *spec.RosterDelta) error
+	Roster() *spec.Roster
+	RosterContext(ctx context.Context) (*spec.Roster, error)
+	Serving() bool
 }
 
 // Networks reports the runtime's networks, in migrations' terms.
@@ -835,18 +829,7 @@ func (a *Agent) syncDeclaredLocked(head declsource.Head) error {
 // force, and applies it to the agent's roster.
 func (a *Agent) putInForceLocked(ctx context.Context, d *spec.RosterDelta) (_ *spec.Roster, unsaved, err error) {
 	syncs.AssertLocked(&a.rosterMu)
-	if dr, ok := a.cfg.Resolver.(DeltaResolver); ok {
-		err = dr.Apply(d)
-	} else {
-		next := &spec.Roster{Names: map[string][]netip.Addr{}}
-		if a.inForce != nil {
-			next.Generation, next.Zones = a.inForce.Generation, a.inForce.Zones
-			maps.Copy(next.Names, a.inForce.Names)
-		}
-		if _, err = next.Apply(d); err == nil {
-			err = a.cfg.Resolver.Update(next)
-		}
-	}
+	err = a.cfg.Resolver.Apply(d)
 	if err != nil {
 		err = fmt.Errorf("updating the resolver to roster generation %d: %w", d.To, err)
 		// The resolver serves a roster it could not save (a full disk)
@@ -901,24 +884,13 @@ func (a *Agent) setInForceLocked(r *spec.Roster) {
 func (a *Agent) readInForceLocked(ctx context.Context) error {
 	syncs.AssertLocked(&a.rosterMu)
 	a.synced = false
-	if r, ok := a.cfg.Resolver.(rosterReader); ok {
-		served, err := r.RosterContext(ctx)
-		if err != nil {
-			a.setInForceLocked(nil)
-			return fmt.Errorf("reading the roster the resolver serves: %w", err)
-		}
-		a.setInForceLocked(served)
-		return nil
+	served, err := a.cfg.Resolver.RosterContext(ctx)
+	if err != nil {
+		a.setInForceLocked(nil)
+		return fmt.Errorf("reading the roster the resolver serves: %w", err)
 	}
-	a.setInForceLocked(a.cfg.Resolver.Roster())
+	a.setInForceLocked(served)
 	return nil
-}
-
-// rosterReader is a Resolver that can fail to say what it serves (the
-// resolver service, over its control socket), where Roster would answer
-// nil, which means "nothing yet".
-type rosterReader interface {
-	RosterContext(ctx context.Context) (*spec.Roster, error)
 }
 
 func (a *Agent) accepted() uint64 { return AcceptedRoster(a.cfg.State) }
