@@ -42,14 +42,12 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/rosterguard"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
-	"github.com/meshhost/meshhost/internal/plumbing/deltalog"
 	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
-	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // Resolver is what the agent needs of the mesh's resolver: to put a roster
@@ -176,20 +174,7 @@ type Agent struct {
 	journalSeq uint64     // the Source's Change last recorded in the journal
 	renders    pass.Cache // one pass's renderings, for the next
 
-	// saveMu guards the saved declaration and the fields below: a pass
-	// and Run's roster loop both save what the Source took before
-	// anything acts on it.
-	saveMu   sync.Mutex
-	savedSeq uint64 // the Source's Change last saved in State
-	savedGen uint64 // the declaration generation last saved (the log's last key)
-	baseGen  uint64 // the generation of declaration.json
-	// rosterBehind: a roster that moved without its declaration was not
-	// saved (the log keys deltas by declaration generation), so the next
-	// delta does not follow on from what is saved: it is saved whole.
-	rosterBehind bool
-	// declStore saves the declaration: declaration.json and the log of
-	// deltas beside it. Opened at the first save, which writes it whole.
-	declStore *deltalog.Store
+	saver *declSaver // the declaration saved
 
 	// rosterMu guards the roster in force and the fields below. A pass
 	// holds it to put the declared roster in force (step 1) and while it
@@ -277,72 +262,11 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m,
+		saver: &declSaver{state: cfg.State, source: cfg.Source, saved: cfg.Saved}}
 	a.status.Store(&status{})
 	a.recordResolverAt()
 	return a, nil
-}
-
-// LoadDeclaration returns the declaration saved by the last run, or nil:
-// the one written whole, changed by the deltas logged after it, in order.
-// A delta that cannot be read or applied (a bug, or a disk that lost
-// data) ends the log: the declaration is the one before it, and the agent
-// writes the declaration whole at its next change.
-func LoadDeclaration(dir statedir.Dir) (*spec.Declaration, error) {
-	sv, err := LoadSaved(dir)
-	if sv == nil || err != nil {
-		return nil, err
-	}
-	return sv.Declaration, nil
-}
-
-// Saved is the declaration the last run saved, and how it is saved
-// (Config.Saved).
-type Saved struct {
-	Declaration *spec.Declaration
-	baseGen     uint64 // of declaration.json
-	baseSize    int64
-	broken      bool // the log did not all apply: the next save is whole
-}
-
-// LoadSaved is LoadDeclaration, with what the agent needs to go on saving
-// where the last run left off; nil when nothing was saved.
-func LoadSaved(dir statedir.Dir) (*Saved, error) {
-	data, records, err := deltalog.ReadStore(dir.Declaration(), dir.DeclarationLog())
-	if errors.Is(err, os.ErrNotExist) && data == nil {
-		return nil, nil
-	}
-	if data == nil {
-		return nil, fmt.Errorf("reading the saved declaration: %w", err)
-	}
-	d, err := specjson.ParseDeclaration(data)
-	if err != nil {
-		return nil, fmt.Errorf("the saved declaration %s: %w", dir.Declaration(), err)
-	}
-	sv := &Saved{Declaration: d, baseGen: d.Generation, baseSize: int64(len(data))}
-	// A log damaged before its last record: the records before the damage
-	// are served, the next save writes the declaration whole, and the log
-	// is set aside before it is written (deltalog.Open says so).
-	var corrupt *deltalog.CorruptError
-	sv.broken = errors.As(err, &corrupt)
-	for _, rec := range records {
-		if rec.Key <= d.Generation {
-			continue // written whole since
-		}
-		dd, err := specjson.ParseDeclarationDelta(rec.Payload)
-		if err == nil && (dd.Generation != rec.Key || dd.Machine != d.Machine) {
-			err = errors.New("not this log's")
-		}
-		if err == nil {
-			_, err = d.Roster.Apply(dd.Roster)
-		}
-		if err != nil {
-			sv.broken = true
-			break
-		}
-		d.Generation = dd.Generation
-	}
-	return sv, nil
 }
 
 // Run passes on every declaration change and every Interval until ctx
@@ -422,7 +346,7 @@ func (a *Agent) rosterNow() (err error) {
 		return nil
 	}
 	// Saved first, as in a pass: what cannot be saved is not acted on.
-	if err := a.saveDeclaration(head); err != nil {
+	if err := a.saver.save(head); err != nil {
 		return err
 	}
 	a.rosterMu.Lock()
@@ -471,7 +395,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	// an agent killed mid-pass resumes toward it, not toward an older one
 	// (which would remove the containers the newer one added), and one
 	// that cannot be saved (a full disk) changes nothing, DNS included.
-	if err := a.saveDeclaration(head); err != nil {
+	if err := a.saver.save(head); err != nil {
 		return rep, err
 	}
 
@@ -536,7 +460,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	// 4. Remember what was applied.
 	a.recordDeclarationLocked(ctx, head)
 	a.metrics.declaration.Set(float64(decl.Generation))
-	return rep, errors.Join(unsaved, res.Err(), a.compactDeclaration())
+	return rep, errors.Join(unsaved, res.Err(), a.saver.compact())
 }
 
 // endPassLocked records the end of a pass that began at start: its
@@ -657,7 +581,7 @@ func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Hea
 // journalled as not known).
 func (a *Agent) recordRostersLocked(ctx context.Context, head declsource.Head) ([]declsource.Change, bool) {
 	syncs.AssertLocked(&a.mu)
-	changes, ok := a.changesThrough(a.journalSeq, head)
+	changes, ok := changesThrough(a.cfg.Source, a.journalSeq, head)
 	if a.cfg.Journal == nil {
 		return changes, ok
 	}
@@ -701,11 +625,11 @@ func (a *Agent) recordRostersLocked(ctx context.Context, head declsource.Head) (
 // changesThrough returns the Source's Changes after seq, up to the one
 // head includes (a later one is the next pass's), and false when the
 // Source no longer has them all.
-func (a *Agent) changesThrough(seq uint64, head declsource.Head) ([]declsource.Change, bool) {
+func changesThrough(src *declsource.Source, seq uint64, head declsource.Head) ([]declsource.Change, bool) {
 	if seq > head.Seq {
 		return nil, false
 	}
-	changes, ok := a.cfg.Source.ChangesSince(seq)
+	changes, ok := src.ChangesSince(seq)
 	for len(changes) > 0 && changes[len(changes)-1].Seq > head.Seq {
 		changes = changes[:len(changes)-1]
 	}
@@ -795,7 +719,7 @@ func (a *Agent) rosterInForceLocked(ctx context.Context, head declsource.Head) (
 func (a *Agent) syncDeclaredLocked(head declsource.Head) error {
 	syncs.AssertLocked(&a.rosterMu)
 	if a.synced {
-		if changes, ok := a.changesThrough(a.declSeq, head); ok {
+		if changes, ok := changesThrough(a.cfg.Source, a.declSeq, head); ok {
 			for _, c := range changes {
 				next := c.Roster
 				if a.pending != nil {
@@ -1033,134 +957,6 @@ func (a *Agent) ensureProberLocked(zones []string) error {
 		return err
 	}
 	a.prober = p
-	return nil
-}
-
-// saveDeclaration saves the declarations the Source took since the last
-// one saved, up to head: a whole declaration as the document received,
-// and the deltas after it by appending them to the declaration's log
-// (what changed, not the roster).
-func (a *Agent) saveDeclaration(head declsource.Head) error {
-	a.saveMu.Lock()
-	defer a.saveMu.Unlock()
-	if head.Seq <= a.savedSeq {
-		return nil
-	}
-	changes, ok := a.changesThrough(a.savedSeq, head)
-	whole := -1 // the last whole declaration among them
-	for i, c := range changes {
-		if c.Whole {
-			whole = i
-		}
-	}
-	if a.declStore == nil {
-		gen, size, whole := uint64(0), int64(0), true
-		if sv := a.cfg.Saved; sv != nil {
-			gen, size, whole = sv.baseGen, sv.baseSize, sv.broken
-		}
-		st, err := deltalog.OpenStore(a.cfg.State.Declaration(), a.cfg.State.DeclarationLog(), gen, size, whole)
-		if err != nil {
-			return fmt.Errorf("saving the applied declaration: %w", err)
-		}
-		a.declStore = st
-		if sv := a.cfg.Saved; sv != nil {
-			a.savedGen, a.baseGen = sv.Declaration.Generation, sv.baseGen
-		}
-	}
-	err := func() error {
-		if !ok {
-			return a.saveWholeLocked()
-		}
-		if whole >= 0 {
-			// The document as received: a 100,000-name roster costs far
-			// more to marshal again, and what was parsed once parses
-			// again the same way.
-			data, gen := a.cfg.Source.Document()
-			if gen != changes[whole].Generation {
-				return a.saveWholeLocked()
-			}
-			if err := a.declStore.WriteBase(gen, data); err != nil {
-				return err
-			}
-			a.wroteBaseLocked(gen)
-			changes = changes[whole+1:]
-		}
-		for _, c := range changes {
-			if c.Generation <= a.savedGen {
-				// A roster that moved without its declaration (a NATS
-				// roster commit): the log keys deltas by declaration
-				// generation, and declaration.json keeps this
-				// generation's roster as first saved until the next
-				// generation is saved whole. The roster source has it.
-				a.rosterBehind = true
-				continue
-			}
-			if a.rosterBehind {
-				return a.saveWholeLocked()
-			}
-			payload, err := (&spec.DeclarationDelta{Schema: spec.SchemaVersion, Machine: head.Declaration.Machine, Generation: c.Generation, Roster: c.Roster}).MarshalJSON()
-			if err == nil {
-				err = a.declStore.Append(c.Generation, payload)
-			}
-			if errors.Is(err, deltalog.ErrWhole) {
-				return a.saveWholeLocked()
-			}
-			if err != nil {
-				return err
-			}
-			a.savedGen = c.Generation
-		}
-		a.savedSeq = head.Seq
-		return nil
-	}()
-	if err != nil {
-		return fmt.Errorf("saving the applied declaration: %w", err)
-	}
-	return nil
-}
-
-// saveWholeLocked writes the declaration in force whole (its roster
-// marshalled again: the cost of the roster).
-func (a *Agent) saveWholeLocked() error {
-	syncs.AssertLocked(&a.saveMu)
-	d, seq := a.cfg.Source.Snapshot()
-	data, err := d.MarshalJSON()
-	if err != nil {
-		return err
-	}
-	if err := a.declStore.WriteBase(d.Generation, data); err != nil {
-		return err
-	}
-	a.wroteBaseLocked(d.Generation)
-	a.savedSeq = seq
-	return nil
-}
-
-// wroteBaseLocked notes declaration.json written at generation gen, with
-// the roster in force. WriteBase writes no generation at or below the
-// base's (but after a failed append): the roster in force may then not be
-// the one saved, so the next delta is saved whole.
-func (a *Agent) wroteBaseLocked(gen uint64) {
-	syncs.AssertLocked(&a.saveMu)
-	if gen <= a.baseGen {
-		a.rosterBehind = true
-		return
-	}
-	a.baseGen, a.savedGen, a.rosterBehind = gen, max(a.savedGen, gen), false
-}
-
-// compactDeclaration writes the declaration whole once the log of deltas
-// beside it has outgrown half of it: a cost of the roster's size, once per
-// that many changed names.
-func (a *Agent) compactDeclaration() error {
-	a.saveMu.Lock()
-	defer a.saveMu.Unlock()
-	if a.declStore == nil || !a.declStore.Due() {
-		return nil
-	}
-	if err := a.saveWholeLocked(); err != nil {
-		return fmt.Errorf("folding the declaration's log into it: %w", err)
-	}
 	return nil
 }
 
