@@ -23,7 +23,6 @@ import (
 	"maps"
 	"math"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -176,27 +175,8 @@ type Agent struct {
 
 	saver *declSaver // the declaration saved
 
-	// rosterMu guards the roster in force and the fields below. A pass
-	// holds it to put the declared roster in force (step 1) and while it
-	// renders with it; Run's roster loop holds it to put a roster change
-	// in force as soon as it arrives, without waiting for a pass.
-	rosterMu   sync.Mutex
-	heldRoster error // why the declared roster is held, or nil
-	rosterHold rosterHoldRecord
-	// inForce is the roster the resolver serves, the agent's own: a roster
-	// change is applied to it in place. Nil until the first pass (and
-	// after the resolver refused a change: read again from it).
-	inForce *spec.Roster
-	// pending is the change from inForce to the declared roster, as of the
-	// Source's Change declSeq; nil when they are the same. A change the
-	// guard holds, or an older roster, stays pending.
-	pending     *spec.RosterDelta
-	declSeq     uint64
-	synced      bool   // pending and declSeq follow the Source
-	olderLogged uint64 // an older declared roster generation already warned about
-	// unsaved is why the roster loop's last change is served but not
-	// saved; the next pass reports it.
-	unsaved error
+	roster *rosterInForce // the roster in force
+
 	// exposeErrs says, by network, why the resolver could not be exposed
 	// on it; logged when it changes.
 	exposeErrs map[string]string
@@ -264,6 +244,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m,
 		saver: &declSaver{state: cfg.State, source: cfg.Source, saved: cfg.Saved}}
+	a.roster = &rosterInForce{resolver: cfg.Resolver, source: cfg.Source, guard: cfg.Guard, state: cfg.State, log: a.log, heldGauge: m.rosterHeld}
 	a.status.Store(&status{})
 	a.recordResolverAt()
 	return a, nil
@@ -349,13 +330,7 @@ func (a *Agent) rosterNow() (err error) {
 	if err := a.saver.save(head); err != nil {
 		return err
 	}
-	a.rosterMu.Lock()
-	defer a.rosterMu.Unlock()
-	_, unsaved, err := a.rosterInForceLocked(context.Background(), head)
-	if unsaved != nil {
-		a.unsaved = unsaved
-	}
-	return err
+	return a.roster.now(head)
 }
 
 // Pass runs one pass now.
@@ -382,12 +357,12 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		}
 		a.endPassLocked(start, rep, err)
 	}()
-	a.readInForceOnce(ctx)
+	a.roster.readOnce(ctx)
 	head, ok := a.cfg.Source.Head()
 	if !ok {
 		return nil, nil // nothing declared yet: serve the saved roster, touch nothing
 	}
-	decl := head.Declaration // without its roster's names: the roster is inForce
+	decl := head.Declaration // without its roster's names: the roster is a.roster's
 	rep = &Report{Generation: decl.Generation, Modes: map[string]string{}}
 	ctx = logging.WithAttrs(ctx, "declaration_generation", decl.Generation)
 
@@ -400,12 +375,11 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	}
 
 	// 1. The roster reaches the resolver first; no container is touched.
-	roster, unsaved, err := a.putRoster(ctx, head, rep)
+	zones, unsaved, err := a.roster.put(ctx, head, rep)
 	if err != nil {
 		return rep, err
 	}
-	zones := roster.Zones
-	ctx = logging.WithAttrs(ctx, "roster_generation", roster.Generation)
+	ctx = logging.WithAttrs(ctx, "roster_generation", rep.RosterGeneration)
 
 	// 2. The gate: the declaration's flag and the networks its containers
 	// use (under auto, only those hold the switch back; every network
@@ -425,12 +399,12 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 
 	// 3. What the pass does (package pass, as `meshhost plan` computes
 	// it), then doing it.
-	// Copy-mode containers are rendered with the roster in force at that
-	// moment (the roster loop may have moved it on since step 1, in
-	// place): Compute holds the roster lock while it reads it, and only
-	// then, so a roster change never waits for a pass in resolve mode.
+	// Copy-mode containers are rendered with a snapshot of the roster in
+	// force, taken when the first of them is rendered (the roster loop may
+	// have moved it on since step 1, in place); resolve mode reads none,
+	// so a roster change never waits for a pass.
 	c, err := pass.Compute(ctx, pass.Input{
-		Declaration: decl, Roster: roster, RosterLock: &a.rosterMu, Gate: a.cfg.Gate, Observed: observed, Planner: a.cfg.Reconciler,
+		Declaration: decl, Snapshot: a.roster.snapshot, Gate: a.cfg.Gate, Observed: observed, Planner: a.cfg.Reconciler,
 		Cache: &a.renders, HoldAbove: a.cfg.HoldAbove, Approved: func() uint64 { return ApprovedDeclaration(a.cfg.State) },
 	})
 	if err != nil {
@@ -484,41 +458,6 @@ func (a *Agent) endPassLocked(start time.Time, rep *Report, err error) {
 	// the same verdict as Health's.
 	a.metrics.pass(st.err, time.Since(start), time.Now())
 	a.status.Store(st)
-}
-
-// readInForceOnce reads, once after a start, the saved roster the
-// resolver serves. It is asked before there is a declaration too, so
-// that the Source refuses a first one whose roster is older, or reuses
-// its generation with other names. A resolver that does not answer yet
-// is asked again where the roster is needed (putRoster).
-func (a *Agent) readInForceOnce(ctx context.Context) {
-	a.rosterMu.Lock()
-	defer a.rosterMu.Unlock()
-	if a.inForce != nil {
-		return
-	}
-	if err := a.readInForceLocked(ctx); err != nil {
-		a.log.WarnContext(ctx, "the roster in force is unknown until the resolver answers", "err", err)
-	}
-}
-
-// putRoster is a pass's step 1: the roster in force for head reaches the
-// resolver (rosterInForceLocked), and rep says which it is and whether a
-// change is held. unsaved is what could not be saved of it, the earlier
-// passes' included.
-func (a *Agent) putRoster(ctx context.Context, head declsource.Head, rep *Report) (roster *spec.Roster, unsaved, err error) {
-	a.rosterMu.Lock()
-	defer a.rosterMu.Unlock()
-	roster, unsaved, err = a.rosterInForceLocked(ctx, head)
-	unsaved, a.unsaved = errors.Join(unsaved, a.unsaved), nil
-	if err != nil {
-		return nil, unsaved, err
-	}
-	rep.RosterGeneration = roster.Generation
-	if a.heldRoster != nil {
-		rep.RosterHeld = a.heldRoster.Error()
-	}
-	return roster, unsaved, nil
 }
 
 // recovered logs and counts a panic the agent recovered from in what, and
@@ -653,171 +592,6 @@ func compose(changes []declsource.Change) (do, undo *spec.RosterDelta, err error
 	}
 	return do, undo, nil
 }
-
-// rosterInForceLocked updates the resolver with the change declared since
-// the roster in force, unless the guard holds it (pass.RosterChange
-// decides), and returns the roster containers are rendered with: the one
-// the resolver serves. It costs what changed: the change goes to the
-// resolver as a delta, and is applied to the agent's own roster in place.
-// unsaved is set when that roster is served but the resolver could not
-// save it: the pass goes on, and fails at its end.
-func (a *Agent) rosterInForceLocked(ctx context.Context, head declsource.Head) (_ *spec.Roster, unsaved, err error) {
-	syncs.AssertLocked(&a.rosterMu)
-	if a.inForce == nil {
-		// Once, after a start (or after the resolver refused a change):
-		// the roster the resolver serves. Kept from then on, and changed
-		// in place, since rebuilding it from the resolver's table costs a
-		// pass as much as the rest for a large roster.
-		if err := a.readInForceLocked(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := a.syncDeclaredLocked(head); err != nil {
-		return nil, nil, err
-	}
-	held := a.heldRoster
-	a.heldRoster = nil
-	a.metrics.rosterHeld.Set(0)
-	c := pass.RosterChange(a.inForce, a.pending, a.cfg.Guard, a.accepted)
-	switch {
-	case c.Older:
-		a.recordRosterHoldLocked(nil)
-		if a.olderLogged != a.pending.To {
-			// Generations never go backwards: keep serving the newer one.
-			a.log.WarnContext(ctx, "declared roster is older than the one served; keeping the newer", "roster_generation", a.pending.To, "served_roster_generation", a.inForce.Generation)
-			a.olderLogged = a.pending.To
-		}
-		return a.inForce, nil, nil
-	case c.Held != nil:
-		a.heldRoster = c.Held
-		a.metrics.rosterHeld.Set(1)
-		var served uint64
-		if a.inForce != nil {
-			served = a.inForce.Generation
-		}
-		a.recordRosterHoldLocked(&RosterHold{Served: served, Newest: a.pending.To})
-		if held == nil || held.Error() != c.Held.Error() { // loud once; the metric stays
-			// The guard doing its job, waiting for meshhost roster
-			// accept: a warning, as a held declaration is.
-			a.log.WarnContext(ctx, "roster held", "roster_generation", a.pending.To, "err", c.Held)
-		}
-		return a.inForce, nil, nil
-	case !c.Update:
-		a.recordRosterHoldLocked(nil)
-		return a.inForce, nil, nil
-	case c.Accepted:
-		a.log.WarnContext(ctx, "roster shrink accepted by the operator", "roster_generation", a.pending.To)
-	}
-	a.recordRosterHoldLocked(nil)
-	return a.putInForceLocked(ctx, a.pending)
-}
-
-// syncDeclaredLocked brings pending up to the Source's latest Change: the
-// changes since declSeq, composed (what changed), or, when the Source no
-// longer has them (or after a start), the whole declared roster compared
-// with the one in force.
-func (a *Agent) syncDeclaredLocked(head declsource.Head) error {
-	syncs.AssertLocked(&a.rosterMu)
-	if a.synced {
-		if changes, ok := changesThrough(a.cfg.Source, a.declSeq, head); ok {
-			for _, c := range changes {
-				next := c.Roster
-				if a.pending != nil {
-					var err error
-					if next, err = a.pending.Then(c.Roster); err != nil {
-						a.synced = false
-						return a.syncDeclaredLocked(head)
-					}
-				}
-				a.pending, a.declSeq = next, c.Seq
-			}
-			return nil
-		}
-	}
-	a.synced = true
-	if a.inForce != nil && head.Seq == 0 && a.inForce.Generation == head.Declaration.Roster.Generation {
-		// After a start: the declaration saved and the roster the resolver
-		// saved are of one generation, so they are one roster.
-		a.pending, a.declSeq = nil, head.Seq
-		return nil
-	}
-	declared, seq := a.cfg.Source.Roster()
-	a.pending, a.declSeq = nil, seq
-	if declared != nil && (a.inForce == nil || declared.Generation != a.inForce.Generation) {
-		a.pending, _ = spec.DiffRosters(a.inForce, declared)
-	}
-	return nil
-}
-
-// putInForceLocked gives the resolver the change d from the roster in
-// force, and applies it to the agent's roster.
-func (a *Agent) putInForceLocked(ctx context.Context, d *spec.RosterDelta) (_ *spec.Roster, unsaved, err error) {
-	syncs.AssertLocked(&a.rosterMu)
-	err = a.cfg.Resolver.Apply(d)
-	if err != nil {
-		err = fmt.Errorf("updating the resolver to roster generation %d: %w", d.To, err)
-		// The resolver serves a roster it could not save (a full disk)
-		// rather than none: it is in force, and the next pass must not
-		// offer it again (the resolver would refuse it as not newer, and
-		// every pass after would fail). This pass goes on with it, and
-		// reports the error at its end.
-		served := a.cfg.Resolver.Roster() // costly, but only on this error
-		a.synced = false                  // compare the declared roster with it again
-		if served == nil || served.Generation < d.To {
-			if errors.Is(err, spec.ErrDeltaBase) {
-				a.inForce = nil // someone else changed the resolver's roster: read it again
-			}
-			return nil, nil, err
-		}
-		a.setInForceLocked(served)
-		a.log.ErrorContext(ctx, "roster in force but not saved: after a restart the resolver serves the roster it saved before, until the first pass", "roster_generation", served.Generation, "err", err)
-		return served, err, nil
-	}
-	if a.inForce == nil {
-		a.inForce = &spec.Roster{Names: map[string][]netip.Addr{}}
-	}
-	if _, err := a.inForce.Apply(d); err != nil {
-		a.inForce = nil // cannot happen: d is from inForce's generation; read it again
-		return nil, nil, err
-	}
-	a.pending = nil
-	a.setInForceLocked(a.inForce)
-	a.log.InfoContext(ctx, "roster in force", "roster_generation", d.To, "names", len(a.inForce.Names), "changed", d.Len())
-	return a.inForce, nil, nil
-}
-
-// setInForceLocked records r as the roster the resolver serves, and tells
-// the Source, which refuses a declaration whose roster contradicts it.
-func (a *Agent) setInForceLocked(r *spec.Roster) {
-	syncs.AssertLocked(&a.rosterMu)
-	a.inForce = r
-	var gen uint64
-	if r != nil {
-		gen = r.Generation
-	}
-	a.cfg.Source.SetServed(gen, a.cfg.Resolver.Roster)
-}
-
-// readInForceLocked reads the roster in force from the resolver (costly:
-// after a start, or after the resolver refused a change).
-//
-// A resolver in another process that does not answer leaves the roster in
-// force unknown (nil, and an error), not empty: compared with an empty
-// roster, a declared one that drops names would pass the roster guard,
-// and reach the resolver as a whole roster once it answers again.
-func (a *Agent) readInForceLocked(ctx context.Context) error {
-	syncs.AssertLocked(&a.rosterMu)
-	a.synced = false
-	served, err := a.cfg.Resolver.RosterContext(ctx)
-	if err != nil {
-		a.setInForceLocked(nil)
-		return fmt.Errorf("reading the roster the resolver serves: %w", err)
-	}
-	a.setInForceLocked(served)
-	return nil
-}
-
-func (a *Agent) accepted() uint64 { return AcceptedRoster(a.cfg.State) }
 
 // AcceptedRoster returns the roster generation the operator let shrink past
 // the guard (AcceptRoster), 0 when none.
