@@ -12,6 +12,82 @@
 // The agent owns its state directory (package statedir names every file in
 // it) and its journal: it records each declaration it applies and each pass
 // that did something, with the declaration's generation.
+//
+// # How a roster change travels
+//
+// One change, from where it arrives to each part that owns a copy of the
+// roster; each applies it once, each reader follows the Source's Changes
+// with one cursor of its own:
+//
+//	push, file, directory (Offer) or NATS (Put, PutRosterDelta)
+//	  v
+//	declsource.Source: admits it (package admit), applies it to the declared
+//	  |  roster in place, records a Change (Seq, the delta, its undo), signals
+//	  |  Changed. Head() is the declaration without names; ChangesSince(cursor).
+//	  +--> declSaver.save (cursor savedSeq; declsave.go): the delta appended to
+//	  |      declaration.log, or the document written whole (declaration.json)
+//	  +--> rosterInForce (cursor declSeq; inforce.go), from a pass's step 1 or at
+//	  |      once from Run's roster loop: the Changes composed into pending;
+//	  |      pass.RosterChange (the guard) lets it through or holds it; then
+//	  |      Resolver.Apply(delta): the resolver swaps its table and appends
+//	  |      the delta to its roster.json.log (embedded: in State; a service: in
+//	  |      its own); then the agent's own roster, the guard's, takes it in
+//	  |      place, and SetServed tells the Source which generation is served
+//	  +--> the journal (cursor journalSeq, in a pass): a roster entry with the
+//	         change's diff, or the declaration's entry with it
+//
+// A pass renders copy-mode containers with a snapshot of the roster in
+// force (rosterInForce.snapshot), so the roster loop never waits for a
+// pass.
+//
+// # Glossary
+//
+// Generations:
+//   - declaration generation: spec.Declaration.Generation, the controller's
+//     number for the whole declaration; never goes back.
+//   - roster generation: spec.Roster.Generation, the roster's own number; it
+//     moves with or without its declaration's (a NATS roster change).
+//   - served generation: the roster generation the resolver serves
+//     (Source.SetServed; Report.RosterGeneration).
+//   - accepted roster generation: the one the operator let shrink past the
+//     roster guard (roster-accept; AcceptRoster).
+//   - approved declaration generation: the one the operator let past the
+//     blast-radius hold (approved; ApproveDeclaration).
+//   - savedGen, baseGen: the declaration generation last saved, and that of
+//     declaration.json (declSaver).
+//   - applied: the declaration generation last journalled (Agent).
+//   - olderLogged: an older declared roster generation already warned about.
+//
+// Cursors (the Source's Change.Seq: 1 for the first declaration taken after
+// New; Head.Seq is the last one the declaration in force includes):
+//   - savedSeq: the last Change saved in State (declSaver).
+//   - declSeq: the last Change composed into pending (rosterInForce).
+//   - journalSeq: the last Change journalled (Agent).
+//
+// Holds:
+//   - roster hold: the roster guard holds a change that drops too many names;
+//     the served roster stays (roster-held; released by meshhost roster
+//     accept or a roster that no longer drops them).
+//   - blast-radius hold: a plan that would replace and remove more than
+//     Config.HoldAbove containers is not applied (meshhost approve).
+//   - freeze: the machine is frozen (meshhost freeze); no container is
+//     created, replaced or removed.
+//
+// State files (package statedir):
+//   - declaration.json, declaration.log: the declaration last applied,
+//     whole, and the deltas since.
+//   - roster.json, roster.json.log: the embedded resolver's saved roster.
+//   - resolver: where the agent's resolver is (embedded, or unix:PATH).
+//   - roster-held, roster-accept: the roster hold, and the operator's accept.
+//   - approved, frozen: the operator's approval, and the freeze.
+//   - status.json: what the last pass found (meshhost status, plan).
+//   - reconciler.json: the reconciler's budget and adoptions.
+//   - migrations.json (and .lock): the migration gate's state.
+//   - journal/: the journal.
+//   - push.sock: the controller's push socket, by default.
+//   - hash.key: the machine's key for the keyed hashes of values.
+//   - agent.lock: held by the running agent.
+//   - *.corrupt-*: logs set aside, damaged (statedir.Dir.SetAside).
 package agent
 
 import (
@@ -95,98 +171,78 @@ type Config struct {
 	Resolver   Resolver
 	Gate       *migrations.Gate
 	Source     *declsource.Source
-	// Networks and Prober may be nil (the in-memory runtime): the gate then
-	// never opens, and every container keeps its copy.
+	// Networks lists the runtime's networks. Nil (the in-memory runtime):
+	// the gate never opens, and every container keeps its copy.
 	Networks Networks
-	// Exposer, when set with Networks, exposes the resolver on every pass
-	// on the networks with a proven strategy (Gate.Strategies), whether or
-	// not a prober can be made, and takes it back from networks gone.
+	// Exposer exposes the resolver, every pass, on the networks with a
+	// proven strategy, and takes it back from networks gone. Nil: none.
 	Exposer Exposer
-	// NewProber returns the prober for a roster zone; called once a roster
-	// with a zone is in force. Nil: never probe.
+	// NewProber returns the prober for a roster zone, once a roster with a
+	// zone is in force. Nil: never probe.
 	NewProber func(zone string) (Prober, error)
-	// Journal, when set, records each declaration applied and each pass
-	// that did something.
+	// Journal records each declaration applied and each pass that did
+	// something. Nil: none.
 	Journal *journal.Journal
-	// State is the agent's state directory: the last declaration applied
-	// and the roster generation the operator accepted are read and written
-	// there.
+	// State is the agent's state directory (glossary: state files).
 	State statedir.Dir
-	// Saved is what LoadSaved read from State, when the Source took its
-	// declaration as its initial one: the agent then goes on appending
-	// roster changes to the declaration's log where the last run left
-	// off, instead of writing the declaration whole at the first change
-	// (the cost of the roster). Nil: the first change is saved whole. The
-	// declaration the Source starts with is never written again: on a
-	// full disk that write would fail every pass.
+	// Saved is what LoadSaved read from State when the Source took it as
+	// its initial declaration: saving goes on appending where the last run
+	// left off. Nil: the first change is saved whole.
 	Saved *Saved
 	// Interval between periodic passes. Default 30s.
 	Interval time.Duration
-	Guard    rosterguard.Policy
-	// HoldAbove holds a declaration whose plan would replace more than this
-	// many containers until the operator approves it (meshhost approve);
-	// 0 never holds. The agent command's --hold-above (DefaultHoldAbove).
+	// Guard is the roster guard's policy (glossary: roster hold).
+	Guard rosterguard.Policy
+	// HoldAbove is the blast-radius hold's threshold: containers a plan
+	// may replace and remove without the operator's approval; 0 never
+	// holds (glossary: blast-radius hold).
 	HoldAbove int
-	// AfterPass, when set, runs after every pass with its report (the agent
-	// command persists the reconciler's budget and adoptions there).
+	// AfterPass runs after every pass with its report. Nil: none.
 	AfterPass func(*Report)
-	// SourceHealth, when set, says why the declaration source is not
-	// healthy (a NATS server cut off longer than the source's patience),
-	// or nil; Health reports it. The roster in force keeps serving.
+	// SourceHealth says why the declaration source is not healthy, or nil;
+	// Readiness reports it. Nil: always healthy.
 	SourceHealth func() error
 	Logger       *slog.Logger
 	// Registerer receives the agent's metrics. Nil registers none.
 	Registerer prometheus.Registerer
-
 	// ResolverAlive reports, without blocking, whether the resolver
-	// answers (control.Client.Alive, for a resolver of its own). Nil: it
-	// runs in this process, and answers while the process does.
+	// answers. Nil: it runs in this process.
 	ResolverAlive func() error
 	// Asserted runs once, after the first pass that exposed the resolver
-	// on every network the gate has proven, without an error: a resolver
-	// that outlived the previous agent then drops what that agent had
-	// exposed and this one did not (control.Client.Settle). Until then it
-	// keeps serving all of it.
+	// on every proven network without an error (control.Client.Settle).
+	// Nil: none.
 	Asserted func() error
-	// RetryMin is the wait before the pass after a failed one; it doubles
-	// with each failure in a row, up to Interval. Default 1s.
+	// RetryMin is the wait before the pass after a failed one, doubling
+	// with each failure in a row up to Interval. Default 1s.
 	RetryMin time.Duration
 }
 
-// Agent runs passes. Its methods are safe for concurrent use.
+// Agent runs passes. Its methods are safe for concurrent use. Each part
+// owns its lock: the saver and the roster in force their own, mu the
+// rest.
 type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	status  atomic.Pointer[status] // the last pass's, read without waiting for a pass
+	passes  atomic.Uint64          // passes begun: the last one's number (the pass log field)
+	saver   *declSaver             // the declaration saved (declsave.go)
+	roster  *rosterInForce         // the roster in force (inforce.go)
 
-	// status is what the last pass published, for Health and LastReport,
-	// which never wait for a pass in progress.
-	status atomic.Pointer[status]
-
-	// mu serializes passes, and guards the fields below: a pass holds it
-	// from start to end, so only functions named ...Locked touch them.
+	// mu serializes passes and guards the fields below (functions named
+	// ...Locked).
 	mu         sync.Mutex
-	passes     atomic.Uint64 // passes begun: the last one's number (the pass log field)
 	prober     Prober
-	proberErr  error      // why no prober could be made; logged when it changes
-	applied    uint64     // declaration generation last recorded in the journal
-	journalSeq uint64     // the Source's Change last recorded in the journal
-	renders    pass.Cache // one pass's renderings, for the next
-
-	saver *declSaver // the declaration saved
-
-	roster *rosterInForce // the roster in force
-
-	// exposeErrs says, by network, why the resolver could not be exposed
-	// on it; logged when it changes.
-	exposeErrs map[string]string
-	asserted   bool // Config.Asserted ran
-	// hold is the last pass's blast-radius hold (nil: none); frozen whether
-	// the last pass found the machine frozen. Logged when they change.
-	hold   *pass.Hold
-	frozen bool
+	proberErr  error             // why no prober could be made, as last logged
+	applied    uint64            // journal cursor: the declaration generation last journalled
+	journalSeq uint64            // journal cursor: the Source's Change last journalled
+	renders    pass.Cache        // the last pass's renderings
+	exposeErrs map[string]string // why the resolver is not exposed, by network, as last logged
+	asserted   bool              // Config.Asserted ran
+	hold       *pass.Hold        // the last pass's blast-radius hold, nil for none
+	frozen     bool              // the last pass found the machine frozen
 	// statusWritten is what status.json holds (nil: not read yet);
-	// statusErr why it could not be written last, logged when it changes.
+	// statusErr why it could not be written last, as logged.
 	statusWritten []byte
 	statusErr     string
 }
