@@ -41,6 +41,10 @@ type rosterInForce struct {
 	// start, and after the resolver refused a change).
 	roster *spec.Roster
 	snap   *spec.Roster // a copy of roster for rendering (snapshot), nil when stale
+	// dropped is the roster last dropped to be read again (the resolver
+	// refused a change), never changed since: a pass that put it in force
+	// in step 1 renders with it until roster is read again.
+	dropped *spec.Roster
 	// pending is the change from roster to the declared one, as of the
 	// Source's Change declSeq; nil when they are the same. A change the
 	// guard holds, or an older roster, stays pending.
@@ -106,10 +110,24 @@ func (r *rosterInForce) now(head declsource.Head) error {
 func (r *rosterInForce) snapshot() *spec.Roster {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.snap == nil && r.roster != nil {
-		r.snap = &spec.Roster{Generation: r.roster.Generation, Zones: r.roster.Zones, Names: maps.Clone(r.roster.Names)}
+	src := r.roster
+	if src == nil {
+		src = r.dropped
+	}
+	if src != nil && (r.snap == nil || r.snap.Generation != src.Generation) {
+		r.snap = &spec.Roster{Generation: src.Generation, Zones: src.Zones, Names: maps.Clone(src.Names)}
 	}
 	return r.snap
+}
+
+// dropLocked drops the roster in force, to be read again from the
+// resolver.
+func (r *rosterInForce) dropLocked() {
+	syncs.AssertLocked(&r.mu)
+	if r.roster != nil {
+		r.dropped = r.roster
+	}
+	r.roster, r.snap = nil, nil
 }
 
 // updateLocked updates the resolver with the change declared since
@@ -223,7 +241,7 @@ func (r *rosterInForce) applyLocked(ctx context.Context, d *spec.RosterDelta) (_
 		r.synced = false              // compare the declared roster with it again
 		if served == nil || served.Generation < d.To {
 			if errors.Is(err, spec.ErrDeltaBase) {
-				r.roster = nil // someone else changed the resolver's roster: read it again
+				r.dropLocked() // someone else changed the resolver's roster: read it again
 			}
 			return nil, nil, err
 		}
@@ -236,7 +254,7 @@ func (r *rosterInForce) applyLocked(ctx context.Context, d *spec.RosterDelta) (_
 	}
 	r.snap = nil
 	if _, err := r.roster.Apply(d); err != nil {
-		r.roster = nil // cannot happen: d is from the roster's generation; read it again
+		r.dropLocked() // cannot happen: d is from the roster's generation; read it again
 		return nil, nil, err
 	}
 	r.pending = nil
@@ -252,7 +270,7 @@ func (r *rosterInForce) setLocked(served *spec.Roster) {
 	r.roster, r.snap = served, nil
 	var gen uint64
 	if served != nil {
-		gen = served.Generation
+		gen, r.dropped = served.Generation, nil
 	}
 	r.source.SetServed(gen, r.resolver.Roster)
 }
