@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshhost/meshhost/internal/agent/declsource"
-	"github.com/meshhost/meshhost/internal/agent/pass"
-	"github.com/meshhost/meshhost/internal/agent/rosterguard"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
+	"github.com/meshhost/meshhost/pass"
+	"github.com/meshhost/meshhost/pass/rosterguard"
 	"github.com/meshhost/meshhost/spec"
 )
 
