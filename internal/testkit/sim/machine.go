@@ -1,0 +1,127 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/agent/declsource"
+	"github.com/meshhost/meshhost/internal/agent/journal"
+	"github.com/meshhost/meshhost/internal/agent/rosterguard"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/migrations"
+	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/reconcile/memory"
+	"github.com/meshhost/meshhost/resolver"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Machine is the name every simulated declaration is for.
+const Machine = "sim"
+
+// Guard is the roster guard the simulated agent runs with, and the one the
+// invariants judge by.
+var Guard = rosterguard.DefaultPolicy
+
+// HoldAbove is the simulated agent's --hold-above: small, so that holds
+// and approvals happen.
+const HoldAbove = 3
+
+// Budget is the simulated reconciler's replacement budget: small, so that
+// deferrals happen and clock jumps matter.
+var Budget = reconcile.Budget{Max: 4, Window: 10 * time.Minute}
+
+// bridge is the runtime's one network, podman's default.
+type bridge struct{}
+
+func (bridge) Networks(context.Context) ([]migrations.Network, error) {
+	return []migrations.Network{{Name: spec.DefaultNetwork, Driver: "bridge", Subnets: []migrations.Subnet{{
+		Prefix: netip.MustParsePrefix("10.88.0.0/16"), Gateway: netip.MustParseAddr("10.88.0.1"),
+	}}}}, nil
+}
+
+// incarnation is one boot of the agent from the state directory.
+type incarnation struct {
+	source *declsource.Source
+	srv    *resolver.Server
+	gate   *migrations.Gate
+	jnl    *journal.Journal
+	rec    *reconcile.Reconciler
+	agent  *agent.Agent
+}
+
+// boot starts the agent from dir over rt, as the agent command does: the
+// resolver first (serving its saved roster), the saved declaration as the
+// Source's initial one, the gate, the journal, the reconciler.
+func boot(dir statedir.Dir, rt *memory.Runtime) (*incarnation, error) {
+	if err := dir.Create(); err != nil {
+		return nil, err
+	}
+	srv, err := resolver.New(resolver.Config{
+		StatePath: dir.Roster(),
+		Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("resolver: %w", err)
+	}
+	saved, err := agent.LoadSaved(dir)
+	if err != nil {
+		saved = nil // as the agent command: refused, and the next declaration takes over
+	}
+	var initial *spec.Declaration
+	if saved != nil {
+		initial = saved.Declaration
+	}
+	source := declsource.New(declsource.Config{Machine: Machine, Initial: initial})
+	if _, ok := source.Head(); !ok {
+		saved = nil
+	}
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: Machine})
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("gate: %w", err)
+	}
+	jnl, err := journal.Open(dir.Journal(), journal.Options{})
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	rec, err := reconcile.New(reconcile.Config{
+		Runtime: rt, Owner: Machine, Budget: Budget, Concurrency: 1,
+		Frozen: func() bool { f, _ := agent.Frozen(dir); return f != nil },
+	})
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	a, err := agent.New(agent.Config{
+		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, Networks: bridge{},
+		Journal: jnl, State: dir, Saved: saved, Guard: Guard, HoldAbove: HoldAbove,
+	})
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	return &incarnation{source: source, srv: srv, gate: gate, jnl: jnl, rec: rec, agent: a}, nil
+}
+
+// proveNetworks records a passed probe of the runtime's network in the
+// gate, as a prober that ran before would have: flag on or auto then
+// means resolve mode, without a prober in the simulation.
+func proveNetworks(g *migrations.Gate) error {
+	nets, _ := bridge{}.Networks(context.Background())
+	if _, err := g.Observe(nets); err != nil {
+		return err
+	}
+	return g.Record([]migrations.Result{{Network: spec.DefaultNetwork, Kind: migrations.KindBridge, Pass: true, At: time.Now(),
+		Strategy: migrations.StrategyGateway,
+		DNS:      spec.DNSConfig{Servers: []netip.Addr{netip.MustParseAddr("10.88.0.1")}, Search: []string{"internal"}, Options: []string{"ndots:1"}}}})
+}
+
+// stop ends an incarnation, as a crash would: nothing is flushed or
+// stopped in order, the containers keep running.
+func (in *incarnation) stop() {
+	in.srv.Close()
+}

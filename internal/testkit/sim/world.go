@@ -1,0 +1,381 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/reconcile/memory"
+	"github.com/meshhost/meshhost/spec"
+)
+
+// Options bound one run.
+type Options struct {
+	// Steps is the number of steps of the schedule. Default 120.
+	Steps int
+	// Dir is the state directory's parent (a t.TempDir()).
+	Dir string
+}
+
+// Failure is a run's first violated invariant.
+type Failure struct {
+	Seed      uint64
+	Step      int    // the step after which it was found (0: at boot)
+	Invariant string // the invariant's function name
+	Err       error
+	Log       []string // every step taken, one a line
+}
+
+func (f *Failure) Error() string {
+	return fmt.Sprintf("seed %d, step %d: %s: %v", f.Seed, f.Step, f.Invariant, f.Err)
+}
+
+// Stats is what a run did, for the seeds-per-second and steps-per-seed
+// figures.
+type Stats struct {
+	Steps, Passes, Restarts, Faults, Refused, Accepted, Quiesces int
+}
+
+// world is one run: the machine (runtime and state directory, which
+// outlive incarnations), the incarnation running now, the schedule's
+// random source, and what the invariants remember between steps.
+type world struct {
+	seed uint64
+	rng  *rand.Rand
+	dir  statedir.Dir
+	in   string // the directory of watched files (file and directory inputs)
+	// watched is the seed's watched path: "file" or "dir".
+	watched string
+	rt      *memory.Runtime
+	m       *incarnation
+	step    int
+	log     []string
+	st      Stats
+
+	// offered is the highest declaration generation offered; rosterGen the
+	// highest roster generation.
+	offered, rosterGen uint64
+	// rosters records every roster the Source took, by generation (its
+	// fingerprint): the resolver must serve one of them.
+	rosters map[uint64]string
+	// foreign are the containers no reconciler of this machine owns, by
+	// name, with their IDs: never touched.
+	foreign map[string]string
+	// hookErr is the first violation the runtime's Watch hook saw.
+	hookErr *violation
+
+	// Between steps: what the last step left, for the monotonic checks.
+	headGen, servedGen, savedGen uint64
+	served                       *spec.Roster
+	// lastSaved is the saved declaration's generation before the last
+	// crash; restarted reports that this step restarted the agent.
+	lastSaved     uint64
+	servedAtCrash *spec.Roster
+	bootServed    *spec.Roster // the roster the resolver served as it booted
+	bootHead      uint64       // the declaration in force as the restart booted, before any input
+	restarted     bool
+	// refusedInput is set by a step whose input was refused: what must
+	// not have changed.
+	refusedInput *snapshot
+	// lastPass is the last pass's report and error; cleanBefore whether
+	// the pass before it left everything converged (for the resolve-mode
+	// roster check).
+	lastPass    *agent.Report
+	lastPassErr error
+	cleanBefore bool
+	prevDecl    *spec.Declaration
+	passDecl    *spec.Declaration // the declaration of the last pass
+	// faulty: a runtime fault is armed or fired since the last quiesce.
+	faulty bool
+}
+
+type violation struct {
+	name string
+	err  error
+}
+
+// Run runs seed's schedule and returns the first invariant it violates,
+// or nil. It must run inside a synctest bubble for its clock to be the
+// same each time.
+func Run(seed uint64, opts Options) (*Failure, Stats) {
+	if opts.Steps == 0 {
+		opts.Steps = 120
+	}
+	w := &world{
+		seed:    seed,
+		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		dir:     statedir.New(filepath.Join(opts.Dir, "state")),
+		in:      filepath.Join(opts.Dir, "in"),
+		rosters: map[uint64]string{},
+		foreign: map[string]string{},
+	}
+	w.watched = []string{"file", "dir"}[w.rng.IntN(2)]
+	w.rt = memory.New(memory.Options{})
+	fail := func(name string, err error) *Failure {
+		return &Failure{Seed: seed, Step: w.step, Invariant: name, Err: err, Log: w.log}
+	}
+	if err := w.setup(); err != nil {
+		return fail("setup", err), w.st
+	}
+	defer func() { w.m.stop() }()
+	for w.step = 1; w.step <= opts.Steps; w.step++ {
+		w.st.Steps++
+		if err := w.doStep(); err != nil {
+			name := "step"
+			if strings.HasPrefix(err.Error(), "not converged") {
+				name = "Converges"
+			}
+			return fail(name, err), w.st
+		}
+		if v := w.check(); v != nil {
+			return fail(v.name, v.err), w.st
+		}
+	}
+	w.step++
+	w.restarted, w.refusedInput = false, nil
+	w.logf("quiesce (end of schedule)")
+	if err := w.quiesce(); err != nil {
+		return fail("Converges", err), w.st
+	}
+	if v := w.check(); v != nil {
+		return fail(v.name, v.err), w.st
+	}
+	return nil, w.st
+}
+
+func (w *world) logf(format string, args ...any) {
+	w.log = append(w.log, fmt.Sprintf("%3d %s ", w.step, time.Now().UTC().Format("15:04:05"))+fmt.Sprintf(format, args...))
+}
+
+// setup puts the foreign containers in the runtime, boots the first
+// incarnation and proves the network.
+func (w *world) setup() error {
+	ctx := context.Background()
+	// Someone else's containers: one under a name of its own, one under
+	// the name an interrupted replacement of app1 would use (the aside
+	// owner check), one carrying meshhost's labels for another owner.
+	for _, f := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"postgres-by-hand", nil},
+		{"app1" + spec.AsideSuffix, map[string]string{reconcile.LabelManaged: "true", reconcile.LabelOwner: "other"}},
+		{"other-owner", map[string]string{reconcile.LabelManaged: "true", reconcile.LabelOwner: "other"}},
+	} {
+		if f.name == "app1"+spec.AsideSuffix && w.rng.IntN(2) == 0 {
+			continue
+		}
+		id, err := w.rt.Create(ctx, spec.Rendered{Container: spec.Container{Name: f.name, Image: "foreign:1", Labels: f.labels,
+			Mounts: []spec.Mount{{Type: spec.MountVolume, Source: "vol-" + f.name, Target: "/data"}}}})
+		if err != nil {
+			return err
+		}
+		if err := w.rt.Start(ctx, id); err != nil {
+			return err
+		}
+		w.foreign[f.name] = id
+	}
+	w.rt.Watch(w.watch)
+	m, err := boot(w.dir, w.rt)
+	if err != nil {
+		return err
+	}
+	w.m = m
+	if err := proveNetworks(m.gate); err != nil {
+		return err
+	}
+	w.logf("boot: foreign %s", strings.Join(slices.Sorted(mapKeys(w.foreign)), ","))
+	return nil
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// pass runs one pass of the agent and remembers its outcome.
+func (w *world) pass(why string) {
+	w.st.Passes++
+	w.prevDecl = w.passDecl
+	w.cleanBefore = w.lastPass != nil && w.lastPassErr == nil && converged(w.lastPass) && !w.faulty
+	d, _ := w.m.source.Current()
+	w.passDecl = d
+	rep, err := w.m.agent.Pass(context.Background())
+	w.lastPass, w.lastPassErr = rep, err
+	w.logf("pass (%s): %s", why, describePass(rep, err))
+}
+
+// converged reports whether a pass's plan was all Keep: nothing held,
+// frozen, deferred or failed.
+func converged(rep *agent.Report) bool {
+	if rep == nil || rep.Held.Held() || rep.Frozen || rep.RosterHeld != "" || rep.Result == nil {
+		return false
+	}
+	for _, o := range rep.Result.Outcomes {
+		if o.Kind != reconcile.Keep || o.Err != nil || o.Deferred || o.Frozen {
+			return false
+		}
+	}
+	return true
+}
+
+func describePass(rep *agent.Report, err error) string {
+	if rep == nil {
+		return fmt.Sprintf("no report, err=%v", err)
+	}
+	var kinds []string
+	if rep.Result != nil {
+		for _, o := range rep.Result.Outcomes {
+			if o.Kind == reconcile.Keep && o.Err == nil {
+				continue
+			}
+			s := string(o.Kind) + ":" + o.Name
+			switch {
+			case o.Err != nil:
+				s += "!"
+			case o.Deferred:
+				s += "(deferred)"
+			case o.Frozen:
+				s += "(frozen)"
+			}
+			kinds = append(kinds, s)
+		}
+	}
+	out := fmt.Sprintf("gen=%d roster=%d [%s]", rep.Generation, rep.RosterGeneration, strings.Join(kinds, " "))
+	if rep.Held.Held() {
+		out += " held"
+	}
+	if rep.Frozen {
+		out += " frozen"
+	}
+	if rep.RosterHeld != "" {
+		out += " roster-held"
+	}
+	if err != nil {
+		out += fmt.Sprintf(" err=%.200s", err.Error())
+	}
+	return out
+}
+
+// restart crashes the incarnation and boots the next from the state
+// directory; the runtime recovers (a new agent process finds podman as
+// the crash left it).
+func (w *world) restart(why string) error {
+	w.st.Restarts++
+	w.lastSaved = savedGeneration(w) // what the state directory holds as the process dies
+	w.servedAtCrash = w.m.srv.Roster()
+	w.m.stop()
+	w.rt.Recover()
+	m, err := boot(w.dir, w.rt)
+	if err != nil {
+		return fmt.Errorf("restarting: %w", err)
+	}
+	w.m = m
+	w.bootHead, w.bootServed = 0, m.srv.Roster()
+	if h, ok := m.source.Head(); ok {
+		w.bootHead = h.Declaration.Generation
+	}
+	w.readWatched()
+	w.restarted = true
+	w.lastPass, w.passDecl = nil, nil
+	w.logf("crash and restart (%s)", why)
+	return nil
+}
+
+// readWatched reads the watched path, as the agent's watcher does when
+// it starts.
+func (w *world) readWatched() {
+	p := w.watchedPath()
+	if _, err := os.Stat(p); err != nil {
+		return
+	}
+	_, before := w.m.source.Snapshot()
+	w.m.source.ReadPath(p)
+	if _, after := w.m.source.Snapshot(); after != before {
+		w.logf("watched %s read at start: took change %d", w.watched, after)
+		w.took()
+	}
+}
+
+// watchedPath is the seed's watched file or directory.
+func (w *world) watchedPath() string {
+	if w.watched == "dir" {
+		return filepath.Join(w.in, "decl.d")
+	}
+	return filepath.Join(w.in, "declaration.json")
+}
+
+// quiesce stops every fault and lets the operator undo every control
+// (unfreeze, approve what is held, accept a held roster), then runs
+// passes, moving the clock past the budget's window when it deferred
+// work: the machine must converge within a bounded number of passes.
+func (w *world) quiesce() error {
+	w.st.Quiesces++
+	w.rt.Recover()
+	w.faulty = false
+	if err := agent.SetFrozen(w.dir, nil); err != nil {
+		return err
+	}
+	if _, ok := w.m.source.Head(); !ok {
+		return nil // nothing declared: nothing to converge to
+	}
+	const maxPasses = 8
+	for i := range maxPasses {
+		if rep := w.lastPass; rep != nil {
+			if rep.Held.Held() {
+				if err := agent.ApproveDeclaration(w.dir, rep.Held.Generation); err != nil {
+					return err
+				}
+			}
+			if h, _ := agent.LoadRosterHold(w.dir); h != nil && rep.RosterHeld != "" {
+				if err := agent.AcceptRoster(w.dir, h.Newest); err != nil {
+					return err
+				}
+			}
+			if rep.Result != nil && rep.Result.Deferred > 0 {
+				time.Sleep(Budget.Window)
+			}
+		}
+		w.pass(fmt.Sprintf("quiesce %d", i+1))
+		if w.lastPassErr == nil && converged(w.lastPass) {
+			return w.convergedState()
+		}
+		if w.blockedByForeign() && w.lastPass != nil && !w.lastPass.Held.Held() && w.lastPass.RosterHeld == "" {
+			return w.convergedState()
+		}
+	}
+	return fmt.Errorf("not converged after %d passes without faults: %s", maxPasses, describePass(w.lastPass, w.lastPassErr))
+}
+
+// blockedByForeign reports whether the last pass did all it could: every
+// outcome is Keep, or a Conflict with a container of someone else's.
+func (w *world) blockedByForeign() bool {
+	rep := w.lastPass
+	if rep == nil || rep.Result == nil {
+		return false
+	}
+	blocked := false
+	for _, o := range rep.Result.Outcomes {
+		switch {
+		case o.Kind == reconcile.Keep && o.Err == nil:
+		case o.Kind == reconcile.Conflict && w.foreign[o.Name+spec.AsideSuffix] != "":
+			blocked = true
+		default:
+			return false
+		}
+	}
+	return blocked
+}
