@@ -35,6 +35,8 @@ var invariants = []invariant{
 	{"GuardHoldsShrinks", guardHoldsShrinks},
 	{"ResolveModeRosterChangeReplacesNothing", resolveModeRosterChangeReplacesNothing},
 	{"RefusedInputChangesNothing", refusedInputChangesNothing},
+	{"FailsClosed", func(w *world) error { return failsClosed(w, w.rt.Containers()) }},
+	{"JournalInOrder", journalInOrder},
 }
 
 // violate records the first violation a step or a hook saw.
@@ -81,6 +83,9 @@ func (w *world) watch(call memory.Call, now []memory.Container) {
 	if err := noVolumeOnTwoRunning(now); err != nil {
 		w.violate("NoVolumeOnTwoRunning", at(err))
 	}
+	if err := failsClosed(w, now); err != nil {
+		w.violate("FailsClosed", at(err))
+	}
 	if call.Method != "List" && call.Method != "Inspect" {
 		for name, id := range w.foreign {
 			if call.ID == id {
@@ -88,6 +93,39 @@ func (w *world) watch(call memory.Call, now []memory.Container) {
 			}
 		}
 	}
+}
+
+// failsClosed: no container of this machine is in resolve mode unless
+// the gate has a passed probe of its network.
+func failsClosed(w *world, cs []memory.Container) error {
+	if w.proven {
+		return nil
+	}
+	for _, c := range cs {
+		if c.Labels[reconcile.LabelOwner] == Machine && c.Settings.Mode == spec.Resolve {
+			return fmt.Errorf("%q (%s) is in resolve mode, and no probe ever passed", c.Name, c.ID)
+		}
+	}
+	return nil
+}
+
+// journalInOrder: the journal's declarations are in the order they were
+// applied, each newer than the one before, none newer than the one saved.
+func journalInOrder(w *world) error {
+	entries, err := w.m.jnl.Declarations()
+	if err != nil {
+		return fmt.Errorf("reading the journal: %w", err)
+	}
+	saved := savedGeneration(w)
+	for i, e := range entries {
+		if i > 0 && e.Generation <= entries[i-1].Generation {
+			return fmt.Errorf("the journal records declaration %d after %d", e.Generation, entries[i-1].Generation)
+		}
+		if e.Generation > saved {
+			return fmt.Errorf("the journal records declaration %d; the one saved is %d", e.Generation, saved)
+		}
+	}
+	return nil
 }
 
 // baseName is a container's declared name: its own, or the one an

@@ -7,12 +7,14 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 var (
 	seedFlag = flag.Uint64("seed", 0, "run this one seed (replays a failure exactly); 0: draw seeds")
 	seeds    = flag.Int("sim.seeds", 0, "run this many seeds (0: as many as -sim.duration allows)")
-	duration = flag.Duration("sim.duration", 20*time.Second, "run seeds for this long (when -sim.seeds is 0)")
+	duration = flag.Duration("sim.duration", 30*time.Second, "run seeds for this long (when -sim.seeds is 0; -short: 5s)")
 	steps    = flag.Int("sim.steps", 120, "steps per seed")
 	first    = flag.Uint64("sim.first", 1, "the first seed drawn (seeds are first, first+1, ...)")
 )
@@ -49,7 +51,11 @@ func TestSim(t *testing.T) {
 			}
 		}
 	default:
-		for s := *first; time.Since(start) < *duration; s++ {
+		d := *duration
+		if testing.Short() {
+			d = min(d, 5*time.Second)
+		}
+		for s := *first; time.Since(start) < d; s++ {
 			if !run(s) {
 				break
 			}
@@ -76,4 +82,21 @@ func (s Stats) per(n int) string {
 	f := func(x int) float64 { return float64(x) / float64(n) }
 	return fmt.Sprintf("per seed: %.0f steps, %.1f passes, %.1f restarts, %.1f faults, %.1f inputs accepted, %.1f refused, %.1f quiesces",
 		f(s.Steps), f(s.Passes), f(s.Restarts), f(s.Faults), f(s.Accepted), f(s.Refused), f(s.Quiesces))
+}
+
+// TestSimReplays: a seed's run is the same every time, step by step, so
+// that -seed N replays a failure exactly.
+func TestSimReplays(t *testing.T) {
+	for _, seed := range []uint64{3, 7, 11} {
+		var logs [2][]string
+		for i := range logs {
+			synctest.Test(t, func(t *testing.T) {
+				w, _ := trace(seed, Options{Steps: *steps, Dir: t.TempDir()})
+				logs[i] = w
+			})
+		}
+		if d := cmp.Diff(logs[0], logs[1]); d != "" {
+			t.Errorf("seed %d ran differently the second time (-first +second):\n%s", seed, d)
+		}
+	}
 }

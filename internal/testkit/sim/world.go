@@ -23,6 +23,8 @@ type Options struct {
 	Steps int
 	// Dir is the state directory's parent (a t.TempDir()).
 	Dir string
+
+	trace *[]string // receives the run's log, failed or not
 }
 
 // Failure is a run's first violated invariant.
@@ -54,11 +56,13 @@ type world struct {
 	in   string // the directory of watched files (file and directory inputs)
 	// watched is the seed's watched path: "file" or "dir".
 	watched string
-	rt      *memory.Runtime
-	m       *incarnation
-	step    int
-	log     []string
-	st      Stats
+	// proven: the gate has a passed probe of the runtime's network.
+	proven bool
+	rt     *memory.Runtime
+	m      *incarnation
+	step   int
+	log    []string
+	st     Stats
 
 	// offered is the highest declaration generation offered; rosterGen the
 	// highest roster generation.
@@ -102,6 +106,14 @@ type violation struct {
 	err  error
 }
 
+// trace is Run, returning every step's log line, failed or not.
+func trace(seed uint64, opts Options) ([]string, *Failure) {
+	var log []string
+	opts.trace = &log
+	f, _ := Run(seed, opts)
+	return log, f
+}
+
 // Run runs seed's schedule and returns the first invariant it violates,
 // or nil. It must run inside a synctest bubble for its clock to be the
 // same each time.
@@ -125,7 +137,12 @@ func Run(seed uint64, opts Options) (*Failure, Stats) {
 	if err := w.setup(); err != nil {
 		return fail("setup", err), w.st
 	}
-	defer func() { w.m.stop() }()
+	defer func() {
+		w.m.stop()
+		if opts.trace != nil {
+			*opts.trace = w.log
+		}
+	}()
 	for w.step = 1; w.step <= opts.Steps; w.step++ {
 		w.st.Steps++
 		if err := w.doStep(); err != nil {
@@ -189,10 +206,14 @@ func (w *world) setup() error {
 		return err
 	}
 	w.m = m
-	if err := proveNetworks(m.gate); err != nil {
-		return err
+	// Most seeds start with the network proven (flag on or auto: resolve
+	// mode); the others never prove it (the gate must keep the copy).
+	if w.proven = w.rng.IntN(4) != 0; w.proven {
+		if err := proveNetworks(m.gate); err != nil {
+			return err
+		}
 	}
-	w.logf("boot: foreign %s", strings.Join(slices.Sorted(mapKeys(w.foreign)), ","))
+	w.logf("boot: foreign %s; network proven %v; watched %s", strings.Join(slices.Sorted(mapKeys(w.foreign)), ","), w.proven, w.watched)
 	return nil
 }
 
