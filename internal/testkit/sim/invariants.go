@@ -58,7 +58,7 @@ func (w *world) check() *violation {
 		}
 	}
 	if h, ok := w.m.source.Head(); ok {
-		w.headGen = h.Declaration.Generation
+		w.headGen, w.declaredRoster = h.Declaration.Generation, h.Declaration.Roster.Generation
 	}
 	if r := w.m.srv.Roster(); r != nil {
 		w.servedGen, w.served = r.Generation, r
@@ -212,6 +212,9 @@ func savedGeneration(w *world) uint64 {
 func generationsNeverGoBackwards(w *world) error {
 	if h, ok := w.m.source.Head(); ok && !w.restarted && h.Declaration.Generation < w.headGen {
 		return fmt.Errorf("the declaration in force went from generation %d to %d", w.headGen, h.Declaration.Generation)
+	}
+	if h, ok := w.m.source.Head(); ok && !w.restarted && h.Declaration.Roster.Generation < w.declaredRoster {
+		return fmt.Errorf("the declared roster went from generation %d to %d", w.declaredRoster, h.Declaration.Roster.Generation)
 	}
 	if r := w.m.srv.Roster(); w.servedGen != 0 && (r == nil || r.Generation < w.servedGen) {
 		return fmt.Errorf("the resolver went from roster generation %d to %v", w.servedGen, genOf(r))

@@ -3,6 +3,9 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -17,6 +20,8 @@ var (
 	duration = flag.Duration("sim.duration", 30*time.Second, "run seeds for this long (when -sim.seeds is 0; -short: 5s)")
 	steps    = flag.Int("sim.steps", 120, "steps per seed")
 	first    = flag.Uint64("sim.first", 1, "the first seed drawn (seeds are first, first+1, ...)")
+	skipFlag = flag.String("sim.skip", "", "with -seed: leave out these steps (1,4,7-9: a shrunk schedule)")
+	shrinkT  = flag.Duration("sim.shrink", 30*time.Second, "how long to shrink a failing schedule (0: do not)")
 )
 
 // TestSim runs the simulation for -sim.duration (or -sim.seeds seeds, or
@@ -26,17 +31,23 @@ func TestSim(t *testing.T) {
 	var total Stats
 	start := time.Now()
 	n := 0
+	skip, err := parseSkip(*skipFlag)
+	if err != nil {
+		t.Fatalf("-sim.skip: %v", err)
+	}
 	run := func(seed uint64) bool {
-		var f *Failure
-		var st Stats
-		synctest.Test(t, func(t *testing.T) {
-			f, st = Run(seed, Options{Steps: *steps, Dir: t.TempDir()})
-		})
+		f, st := runSeed(t, seed, skip)
 		n++
 		total.add(st)
 		if f != nil {
-			t.Errorf("%v\nreplay: go test ./internal/testkit/sim -run TestSim -seed %d -sim.steps %d\nschedule:\n%s",
-				f, seed, *steps, strings.Join(f.Log, "\n"))
+			t.Errorf("%v\nreplay: go test ./internal/testkit/sim -run 'TestSim$' -seed %d -sim.steps %d%s\nschedule:\n%s",
+				f, seed, *steps, skipArg(skip), strings.Join(f.Log, "\n"))
+			if *shrinkT > 0 && len(skip) == 0 {
+				if s, g := shrink(t, seed, f); g != nil && len(s) > 0 {
+					t.Errorf("shrunk to %d steps: %v\nreplay: go test ./internal/testkit/sim -run 'TestSim$' -seed %d -sim.steps %d%s\nschedule:\n%s",
+						g.Step-len(s), g, seed, *steps, skipArg(s), strings.Join(g.Log, "\n"))
+				}
+			}
 			return false
 		}
 		return true
@@ -99,4 +110,93 @@ func TestSimReplays(t *testing.T) {
 			t.Errorf("seed %d ran differently the second time (-first +second):\n%s", seed, d)
 		}
 	}
+}
+
+// runSeed runs one seed's schedule, without the steps skip names, in a
+// synctest bubble of its own.
+func runSeed(t *testing.T, seed uint64, skip map[int]bool) (f *Failure, st Stats) {
+	synctest.Test(t, func(t *testing.T) {
+		f, st = Run(seed, Options{Steps: *steps, Dir: t.TempDir(), Skip: skip})
+	})
+	return f, st
+}
+
+// shrink leaves out as many steps of seed's failing schedule as it can,
+// for -sim.shrink, while the same invariant still fails: halves, then
+// quarters, down to single steps. It returns the steps left out and the
+// failure of the shrunk schedule.
+func shrink(t *testing.T, seed uint64, f *Failure) (map[int]bool, *Failure) {
+	deadline := time.Now().Add(*shrinkT)
+	skip := map[int]bool{}
+	var live []int
+	for i := 1; i <= min(f.Step, *steps); i++ {
+		live = append(live, i)
+	}
+	best := f
+	for chunk := max(1, len(live)/2); chunk >= 1 && time.Now().Before(deadline); chunk /= 2 {
+		for i := 0; i < len(live) && time.Now().Before(deadline); {
+			end := min(i+chunk, len(live))
+			try := maps.Clone(skip)
+			for _, s := range live[i:end] {
+				try[s] = true
+			}
+			if g, _ := runSeed(t, seed, try); g != nil && g.Invariant == f.Invariant {
+				skip, best = try, g
+				live = slices.Delete(live, i, end)
+				continue
+			}
+			i = end
+		}
+		if chunk == 1 {
+			break
+		}
+	}
+	return skip, best
+}
+
+// parseSkip parses -sim.skip: step numbers and ranges, comma-separated.
+func parseSkip(s string) (map[int]bool, error) {
+	skip := map[int]bool{}
+	if s == "" {
+		return skip, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, err
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return nil, err
+			}
+		}
+		for i := a; i <= b; i++ {
+			skip[i] = true
+		}
+	}
+	return skip, nil
+}
+
+// skipArg is the -sim.skip argument that names skip's steps.
+func skipArg(skip map[int]bool) string {
+	if len(skip) == 0 {
+		return ""
+	}
+	steps := slices.Sorted(maps.Keys(skip))
+	var parts []string
+	for i := 0; i < len(steps); {
+		j := i
+		for j+1 < len(steps) && steps[j+1] == steps[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", steps[i], steps[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(steps[i]))
+		}
+		i = j + 1
+	}
+	return " -sim.skip " + strings.Join(parts, ",")
 }

@@ -324,7 +324,16 @@ func (w *world) badInput() error {
 	path := w.path()
 	var what string
 	var doc []byte
-	switch k := w.rng.IntN(7); k {
+	switch k := w.rng.IntN(8); k {
+	case 7: // a newer declaration with an older roster
+		if cur.Roster.Generation < 2 {
+			return w.goodWhole()
+		}
+		d := w.next(cur)
+		r := *w.nextRoster(cur.Roster)
+		r.Generation = 1 + w.rng.Uint64N(cur.Roster.Generation-1)
+		d.Roster = &r
+		what, doc = fmt.Sprintf("gen=%d with older roster gen=%d (in force %d)", d.Generation, r.Generation, cur.Roster.Generation), marshal(d)
 	case 0: // an older generation
 		if cur.Generation < 2 {
 			return w.goodWhole()

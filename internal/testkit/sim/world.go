@@ -24,6 +24,9 @@ type Options struct {
 	// Dir is the state directory's parent (a t.TempDir()).
 	Dir string
 
+	// Skip leaves these steps out of the schedule (a shrunk schedule).
+	Skip map[int]bool
+
 	trace *[]string // receives the run's log, failed or not
 }
 
@@ -78,6 +81,7 @@ type world struct {
 
 	// Between steps: what the last step left, for the monotonic checks.
 	headGen, servedGen, savedGen uint64
+	declaredRoster               uint64 // the declaration in force's roster generation
 	served                       *spec.Roster
 	// lastSaved is the saved declaration's generation before the last
 	// crash; restarted reports that this step restarted the agent.
@@ -106,6 +110,11 @@ type violation struct {
 	err  error
 }
 
+// stepRand is step's random source in seed's schedule (0: the setup's).
+func stepRand(seed uint64, step int) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15^uint64(step)))
+}
+
 // trace is Run, returning every step's log line, failed or not.
 func trace(seed uint64, opts Options) ([]string, *Failure) {
 	var log []string
@@ -123,7 +132,7 @@ func Run(seed uint64, opts Options) (*Failure, Stats) {
 	}
 	w := &world{
 		seed:    seed,
-		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		rng:     stepRand(seed, 0),
 		dir:     statedir.New(filepath.Join(opts.Dir, "state")),
 		in:      filepath.Join(opts.Dir, "in"),
 		rosters: map[uint64]string{},
@@ -144,6 +153,12 @@ func Run(seed uint64, opts Options) (*Failure, Stats) {
 		}
 	}()
 	for w.step = 1; w.step <= opts.Steps; w.step++ {
+		if opts.Skip[w.step] {
+			continue
+		}
+		// Each step draws from a source of its own, so that a schedule
+		// without some of its steps (shrinking) draws the others alike.
+		w.rng = stepRand(seed, w.step)
 		w.st.Steps++
 		if err := w.doStep(); err != nil {
 			name := "step"
