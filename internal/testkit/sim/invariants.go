@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/meshhost/meshhost/internal/agent"
-	"github.com/meshhost/meshhost/internal/agent/pass"
 	"github.com/meshhost/meshhost/internal/agent/rosterguard"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -284,7 +283,9 @@ func guardHoldsShrinks(w *world) error {
 		return nil
 	}
 	if err := rosterguard.Check(w.served, r, Guard); err != nil {
-		if acc := agent.AcceptedRoster(w.dir); !pass.AcceptCovers(w.served.Generation, r.Generation, acc) {
+		// The rule stated here, not called (pass.AcceptCovers): a mutant of
+		// the rule must not change what the invariant asks.
+		if acc := agent.AcceptedRoster(w.dir); !(w.served.Generation < acc && acc <= r.Generation) {
 			return fmt.Errorf("roster %d -> %d served though the guard holds it (accepted %d): %v", w.served.Generation, r.Generation, acc, err)
 		}
 	}

@@ -510,7 +510,10 @@ func (w *world) accept() error {
 		return nil
 	}
 	before := w.snapshot()
-	gen := w.rosterGen + 1
+	gen := w.rosterGen + 1 // not declared yet
+	if h != nil && h.Served > 0 && w.rng.IntN(2) == 0 {
+		gen = 1 + w.rng.Uint64N(h.Served) // served already
+	}
 	err := agent.AcceptRoster(w.dir, gen)
 	w.logf("roster accept %d (not held): %v", gen, firstLine(fmt.Sprint(err)))
 	if err == nil {
