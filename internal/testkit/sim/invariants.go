@@ -74,7 +74,7 @@ func (w *world) watch(call memory.Call, now []memory.Container) {
 		return
 	}
 	at := func(err error) error {
-		return fmt.Errorf("after %s call %d (%s%s): %w", call.Method, call.N, call.ID, call.Name, err)
+		return fmt.Errorf("after a %s call (%s%s): %w", call.Method, call.ID, call.Name, err)
 	}
 	if err := atMostOneRunningPerName(now); err != nil {
 		w.violate("AtMostOneRunningPerName", at(err))

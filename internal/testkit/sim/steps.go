@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -39,6 +40,8 @@ var stepKinds = []stepKind{
 	{"crash mid-pass", 4, (*world).crashMidPass},
 	{"restart", 2, func(w *world) error { return w.restart("between steps") }},
 	{"clock jump", 4, (*world).clockJump},
+	{"podman down", 2, (*world).podmanDown},
+	{"podman up", 3, func(w *world) error { w.rt.Recover(); w.logf("podman's API is back (faults disarmed)"); return nil }},
 	{"quiesce", 2, func(w *world) error { w.logf("quiesce"); return w.quiesce() }},
 }
 
@@ -549,6 +552,16 @@ func (w *world) crashMidPass() error {
 	w.logf("fault: crash at %s call %d (after=%v cut=%v)", f.Method, f.N, f.After, f.Cut)
 	w.pass("into the crash")
 	return w.restart("crashed mid-pass")
+}
+
+// podmanDown takes podman's API down: every call fails, from the next
+// one on, until "podman up" (or a restart, or a quiesce).
+func (w *world) podmanDown() error {
+	w.rt.Inject(memory.Fault{Method: methods[w.rng.IntN(len(methods))], N: 1, Crash: true, Err: errors.New("connection refused")})
+	w.faulty = true
+	w.st.Faults++
+	w.logf("podman's API goes down")
+	return nil
 }
 
 // clockJump moves the clock on: budget windows pass, proofs age.
