@@ -283,6 +283,7 @@ func guardHoldsShrinks(w *world) error {
 		return nil
 	}
 	if err := rosterguard.Check(w.served, r, Guard); err != nil {
+		w.st.AcceptedShrinks++
 		// The rule stated here, not called (pass.AcceptCovers): a mutant of
 		// the rule must not change what the invariant asks.
 		if acc := agent.AcceptedRoster(w.dir); !(w.served.Generation < acc && acc <= r.Generation) {
@@ -303,16 +304,19 @@ func resolveModeRosterChangeReplacesNothing(w *world) error {
 	if w.passDecl.Roster.Generation == w.prevDecl.Roster.Generation || !sameContainers(w.prevDecl, w.passDecl) {
 		return nil
 	}
-	for _, m := range rep.Modes {
-		if m != "resolve" {
-			return nil
+	for _, r := range []*agent.Report{rep, w.prevRep} {
+		for _, m := range r.Modes {
+			if m != "resolve" {
+				return nil
+			}
 		}
 	}
 	if len(rep.Modes) == 0 {
 		return nil
 	}
+	w.st.ResolveChecks++
 	for _, o := range rep.Result.Outcomes {
-		if o.Kind != reconcile.Keep {
+		if o.Kind != reconcile.Keep && (o.Kind != reconcile.Conflict || w.foreign[o.Name+spec.AsideSuffix] == "") {
 			return fmt.Errorf("roster %d -> %d in resolve mode: %s %q (%s)", w.prevDecl.Roster.Generation, w.passDecl.Roster.Generation, o.Kind, o.Name, o.Reason)
 		}
 	}

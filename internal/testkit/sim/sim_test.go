@@ -84,6 +84,8 @@ func (s *Stats) add(o Stats) {
 	s.Refused += o.Refused
 	s.Accepted += o.Accepted
 	s.Quiesces += o.Quiesces
+	s.ResolveChecks += o.ResolveChecks
+	s.AcceptedShrinks += o.AcceptedShrinks
 }
 
 func (s Stats) per(n int) string {
@@ -91,8 +93,8 @@ func (s Stats) per(n int) string {
 		return ""
 	}
 	f := func(x int) float64 { return float64(x) / float64(n) }
-	return fmt.Sprintf("per seed: %.0f steps, %.1f passes, %.1f restarts, %.1f faults, %.1f inputs accepted, %.1f refused, %.1f quiesces",
-		f(s.Steps), f(s.Passes), f(s.Restarts), f(s.Faults), f(s.Accepted), f(s.Refused), f(s.Quiesces))
+	return fmt.Sprintf("per seed: %.0f steps, %.1f passes, %.1f restarts, %.1f faults, %.1f inputs accepted, %.1f refused, %.1f quiesces, %.2f resolve-mode roster-only passes judged, %.2f accepted shrinks served",
+		f(s.Steps), f(s.Passes), f(s.Restarts), f(s.Faults), f(s.Accepted), f(s.Refused), f(s.Quiesces), f(s.ResolveChecks), f(s.AcceptedShrinks))
 }
 
 // TestSimReplays: a seed's run is the same every time, step by step, so

@@ -142,7 +142,7 @@ func (w *world) current() *spec.Declaration {
 		names[fmt.Sprintf("svc%d.internal", i)] = []netip.Addr{netip.AddrFrom4([4]byte{10, 89, 0, byte(10 + i)})}
 	}
 	flag := spec.FlagOff
-	if w.rng.IntN(2) == 0 {
+	if w.rng.IntN(4) != 0 {
 		flag = spec.FlagOn
 	}
 	d := &spec.Declaration{Schema: spec.SchemaVersion, Machine: Machine, MeshNames: flag,

@@ -47,6 +47,10 @@ func (f *Failure) Error() string {
 // figures.
 type Stats struct {
 	Steps, Passes, Restarts, Faults, Refused, Accepted, Quiesces int
+	// ResolveChecks counts the passes the resolve-mode roster invariant
+	// judged (a roster-only change after a converged pass, in resolve
+	// mode); AcceptedShrinks the shrinks served after an accept.
+	ResolveChecks, AcceptedShrinks int
 }
 
 // world is one run: the machine (runtime and state directory, which
@@ -100,6 +104,7 @@ type world struct {
 	lastPassErr error
 	cleanBefore bool
 	prevDecl    *spec.Declaration
+	prevRep     *agent.Report
 	passDecl    *spec.Declaration // the declaration of the last pass
 	// faulty: a runtime fault is armed or fired since the last quiesce.
 	faulty bool
@@ -245,8 +250,8 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 // pass runs one pass of the agent and remembers its outcome.
 func (w *world) pass(why string) {
 	w.st.Passes++
-	w.prevDecl = w.passDecl
-	w.cleanBefore = w.lastPass != nil && w.lastPassErr == nil && converged(w.lastPass) && !w.faulty
+	w.prevDecl, w.prevRep = w.passDecl, w.lastPass
+	w.cleanBefore = w.lastPass != nil && (w.lastPassErr == nil && converged(w.lastPass) || w.blockedByForeign() && w.lastPass.RosterHeld == "" && !w.lastPass.Held.Held() && !w.lastPass.Frozen)
 	d, _ := w.m.source.Current()
 	w.passDecl = d
 	rep, err := w.m.agent.Pass(context.Background())
