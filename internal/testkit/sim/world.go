@@ -331,7 +331,8 @@ func (w *world) restart(why string) error {
 	}
 	w.readWatched()
 	w.restarted = true
-	w.lastPass, w.passDecl = nil, nil
+	// lastPass and passDecl stay: the containers outlive the crash, and the
+	// first pass after it is judged against the last one before.
 	w.logf("crash and restart (%s)", why)
 	return nil
 }
