@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/meshhost/meshhost/internal/testkit/fullfs"
 )
 
 var (
@@ -118,7 +121,14 @@ func TestSimReplays(t *testing.T) {
 // synctest bubble of its own.
 func runSeed(t *testing.T, seed uint64, skip map[int]bool) (f *Failure, st Stats) {
 	synctest.Test(t, func(t *testing.T) {
-		f, st = Run(seed, Options{Steps: *steps, Dir: t.TempDir(), Skip: skip})
+		opts := Options{Steps: *steps, Dir: t.TempDir(), Skip: skip}
+		if os.Geteuid() == 0 {
+			// The state directory on a small file system of its own, for
+			// the full-disk faults; the watched files beside it.
+			opts.InDir, opts.Dir = opts.Dir, fullfs.Mount(t, 8<<20)
+			opts.Fill = func() func() { return fullfs.Fill(t, opts.Dir, 0) }
+		}
+		f, st = Run(seed, opts)
 	})
 	return f, st
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -24,6 +25,11 @@ type Options struct {
 	// Dir is the state directory's parent (a t.TempDir()).
 	Dir string
 
+	// InDir holds the watched file and directory (default: Dir).
+	InDir string
+	// Fill, when set, fills the file system of Dir (fullfs.Fill) and
+	// returns what frees it: the schedule then has full-disk faults.
+	Fill func() (release func())
 	// Skip leaves these steps out of the schedule (a shrunk schedule).
 	Skip map[int]bool
 
@@ -65,11 +71,15 @@ type world struct {
 	watched string
 	// proven: the gate has a passed probe of the runtime's network.
 	proven bool
-	rt     *memory.Runtime
-	m      *incarnation
-	step   int
-	log    []string
-	st     Stats
+	// fill fills the state directory's file system (nil: no full-disk
+	// faults); release frees it while it is full.
+	fill    func() (release func())
+	release func()
+	rt      *memory.Runtime
+	m       *incarnation
+	step    int
+	log     []string
+	st      Stats
 
 	// offered is the highest declaration generation offered; rosterGen the
 	// highest roster generation.
@@ -139,7 +149,8 @@ func Run(seed uint64, opts Options) (*Failure, Stats) {
 		seed:    seed,
 		rng:     stepRand(seed, 0),
 		dir:     statedir.New(filepath.Join(opts.Dir, "state")),
-		in:      filepath.Join(opts.Dir, "in"),
+		in:      filepath.Join(cmp.Or(opts.InDir, opts.Dir), "in"),
+		fill:    opts.Fill,
 		rosters: map[uint64]string{},
 		foreign: map[string]string{},
 	}
@@ -368,6 +379,7 @@ func (w *world) quiesce() error {
 	w.st.Quiesces++
 	w.rt.Recover()
 	w.faulty = false
+	w.freeDisk()
 	if err := agent.SetFrozen(w.dir, nil); err != nil {
 		return err
 	}
@@ -400,6 +412,15 @@ func (w *world) quiesce() error {
 		}
 	}
 	return fmt.Errorf("not converged after %d passes without faults: %s", maxPasses, describePass(w.lastPass, w.lastPassErr))
+}
+
+// freeDisk frees the state directory's file system, when it is full.
+func (w *world) freeDisk() {
+	if w.release != nil {
+		w.release()
+		w.release = nil
+		w.logf("disk freed")
+	}
 }
 
 // blockedByForeign reports whether the last pass did all it could: every
