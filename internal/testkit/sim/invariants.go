@@ -85,6 +85,9 @@ func (w *world) watch(call memory.Call, now []memory.Container) {
 	if err := failsClosed(w, now); err != nil {
 		w.violate("FailsClosed", at(err))
 	}
+	if err := pauseSwitchesNothingToResolve(w, call, now); err != nil {
+		w.violate("PauseSwitchesNothingToResolve", at(err))
+	}
 	if call.Method != "List" && call.Method != "Inspect" {
 		for name, id := range w.foreign {
 			if call.ID == id {
@@ -92,6 +95,27 @@ func (w *world) watch(call memory.Call, now []memory.Container) {
 			}
 		}
 	}
+}
+
+// pauseSwitchesNothingToResolve: while the migration is paused, no
+// container that had its copy is replaced by one in resolve mode.
+func pauseSwitchesNothingToResolve(w *world, call memory.Call, now []memory.Container) error {
+	defer func() {
+		for _, c := range now {
+			if c.Labels[reconcile.LabelOwner] == Machine && !strings.HasSuffix(c.Name, spec.AsideSuffix) {
+				w.modes[c.Name] = c.Settings.Mode
+			}
+		}
+	}()
+	if !w.paused || call.Method != "Create" {
+		return nil
+	}
+	for _, c := range now {
+		if c.Name == call.Name && c.Settings.Mode == spec.Resolve && w.modes[c.Name] == spec.Copy {
+			return fmt.Errorf("paused, and %q had its copy: its replacement %s is in resolve mode", c.Name, c.ID)
+		}
+	}
+	return nil
 }
 
 // failsClosed: no container of this machine is in resolve mode unless

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/spec"
 )
@@ -40,6 +41,8 @@ var stepKinds = []stepKind{
 	{"crash mid-pass", 4, (*world).crashMidPass},
 	{"restart", 2, func(w *world) error { return w.restart("between steps") }},
 	{"clock jump", 4, (*world).clockJump},
+	{"migrate pause", 2, func(w *world) error { return w.migrate(true) }},
+	{"migrate resume", 2, func(w *world) error { return w.migrate(false) }},
 	{"podman down", 2, (*world).podmanDown},
 	{"disk full", 2, func(w *world) error {
 		if w.fill != nil && w.release == nil {
@@ -362,10 +365,11 @@ func (w *world) badInput() error {
 		w.offered++
 		d.Generation = w.offered
 		r := *cur.Roster
-		r.Names = map[string][]netip.Addr{"intruder.internal": {w.addr()}}
+		r.Names = map[string][]netip.Addr{}
 		for k, v := range cur.Roster.Names {
 			r.Names[k] = v
 		}
+		r.Names[fmt.Sprintf("intruder%d.internal", w.step)] = []netip.Addr{w.addr()} // a name not in force
 		d.Roster = &r
 		what, doc = fmt.Sprintf("gen=%d with roster gen=%d reused with other names", d.Generation, r.Generation), marshal(&d)
 	case 3: // a delta from another base
@@ -560,6 +564,26 @@ func (w *world) crashMidPass() error {
 	w.logf("fault: crash at %s call %d (after=%v cut=%v)", f.Method, f.N, f.After, f.Cut)
 	w.pass("into the crash")
 	return w.restart("crashed mid-pass")
+}
+
+// migrate pauses or resumes the migration as `meshhost migrate pause`
+// does: through a gate of its own on the agent's state file.
+func (w *world) migrate(pause bool) error {
+	g, err := migrations.OpenGate(migrations.GateConfig{Path: w.dir.Migrations(), Owner: Machine})
+	if err != nil {
+		w.logf("migrate: %v", err)
+		return nil
+	}
+	change := g.Resume
+	if pause {
+		change = g.Pause
+	}
+	err = change()
+	w.logf("migrate pause=%v: %v", pause, err)
+	if err == nil {
+		w.paused = pause
+	}
+	return nil
 }
 
 // podmanDown takes podman's API down: every call fails, from the next

@@ -71,6 +71,11 @@ type world struct {
 	watched string
 	// proven: the gate has a passed probe of the runtime's network.
 	proven bool
+	// paused: the operator paused the migration (meshhost migrate pause).
+	paused bool
+	// modes is each declared name's container's name mode, as the last
+	// runtime call left it.
+	modes map[string]spec.NameMode
 	// fill fills the state directory's file system (nil: no full-disk
 	// faults); release frees it while it is full.
 	fill    func() (release func())
@@ -153,6 +158,7 @@ func Run(seed uint64, opts Options) (*Failure, Stats) {
 		fill:    opts.Fill,
 		rosters: map[uint64]string{},
 		foreign: map[string]string{},
+		modes:   map[string]spec.NameMode{},
 	}
 	w.watched = []string{"file", "dir"}[w.rng.IntN(2)]
 	w.rt = memory.New(memory.Options{})
