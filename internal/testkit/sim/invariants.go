@@ -98,12 +98,19 @@ func (w *world) watch(call memory.Call, now []memory.Container) {
 }
 
 // pauseSwitchesNothingToResolve: while the migration is paused, no
-// container that had its copy is replaced by one in resolve mode.
+// container that has its copy is replaced by one in resolve mode (a name
+// no container holds gets the gate's mode: Gate.Pause).
 func pauseSwitchesNothingToResolve(w *world, call memory.Call, now []memory.Container) error {
 	defer func() {
+		// The containers there are now, by declared name: one set aside
+		// answers for its name until a container holds the name itself.
+		clear(w.modes)
 		for _, c := range now {
-			if c.Labels[reconcile.LabelOwner] == Machine && !strings.HasSuffix(c.Name, spec.AsideSuffix) {
-				w.modes[c.Name] = c.Settings.Mode
+			if c.Labels[reconcile.LabelOwner] != Machine {
+				continue
+			}
+			if _, ok := w.modes[baseName(c.Name)]; !ok || c.Name == baseName(c.Name) {
+				w.modes[baseName(c.Name)] = c.Settings.Mode
 			}
 		}
 	}()
