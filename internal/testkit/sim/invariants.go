@@ -246,7 +246,9 @@ func generationsNeverGoBackwards(w *world) error {
 	if h, ok := w.m.source.Head(); ok && !w.restarted && h.Declaration.Roster.Generation < w.declaredRoster {
 		return fmt.Errorf("the declared roster went from generation %d to %d", w.declaredRoster, h.Declaration.Roster.Generation)
 	}
-	if r := w.m.srv.Roster(); w.servedGen != 0 && (r == nil || r.Generation < w.servedGen) {
+	// Across a restart, a roster served but not saved may be lost
+	// (RestartServesNewestSaved says what must serve then).
+	if r := w.m.srv.Roster(); w.servedGen != 0 && !(w.restarted && w.unsavedAtCrash) && (r == nil || r.Generation < w.servedGen) {
 		return fmt.Errorf("the resolver went from roster generation %d to %v", w.servedGen, genOf(r))
 	}
 	if g := savedGeneration(w); g < w.savedGen {
@@ -264,7 +266,8 @@ func genOf(r *spec.Roster) any {
 
 // restartServesNewestSaved: after a restart the agent has in force the
 // declaration whose save returned last, and the resolver serves the
-// roster it served before the crash, names and all.
+// roster it served before the crash, names and all (or, when that one's
+// save failed, the newest whose save succeeded).
 func restartServesNewestSaved(w *world) error {
 	if !w.restarted {
 		return nil
@@ -272,10 +275,15 @@ func restartServesNewestSaved(w *world) error {
 	if w.bootHead != w.lastSaved {
 		return fmt.Errorf("restarted with declaration %d in force; the newest saved was %d", w.bootHead, w.lastSaved)
 	}
-	if was := w.servedAtCrash; was != nil {
+	was, why := w.servedAtCrash, "served before the crash"
+	if w.unsavedAtCrash {
+		// Served, but its save failed: the newest whose save succeeded.
+		was, why = w.servedSaved, "the newest roster whose save succeeded"
+	}
+	if was != nil {
 		r := w.bootServed
 		if r == nil || fingerprintRoster(r) != fingerprintRoster(was) {
-			return fmt.Errorf("restarted serving roster %v; served %d before the crash (or other names)", genOf(r), was.Generation)
+			return fmt.Errorf("restarted serving roster %v; %s is %d (or has other names)", genOf(r), why, was.Generation)
 		}
 	}
 	return nil
@@ -297,7 +305,7 @@ func resolverServesARosterTaken(w *world) error {
 	if got := fingerprintRoster(r); got != want {
 		return fmt.Errorf("the resolver serves roster generation %d with other names than declared:\n got %s\nwant %s", r.Generation, got, want)
 	}
-	if rep := w.lastPass; rep != nil && w.lastPassErr == nil && rep.RosterHeld == "" {
+	if rep := w.lastPass; rep != nil && w.passedSinceBoot && w.lastPassErr == nil && rep.RosterHeld == "" {
 		if d, _ := w.m.source.Roster(); d != nil && d.Generation > r.Generation && rep.RosterGeneration == d.Generation {
 			return fmt.Errorf("the pass put roster %d in force; the resolver serves %d", d.Generation, r.Generation)
 		}

@@ -42,6 +42,35 @@ func (bridge) Networks(context.Context) ([]migrations.Network, error) {
 	}}}}, nil
 }
 
+// noting is the embedded resolver as the agent is given it: every Update
+// and Apply goes through, and the world learns whether the roster served
+// is saved (the resolver serves a roster it could not save, and says so).
+type noting struct {
+	*resolver.Server
+	note func(served *spec.Roster, saved bool)
+}
+
+func (r noting) Update(x *spec.Roster) error {
+	err := r.Server.Update(x)
+	r.noted(x.Generation, err)
+	return err
+}
+
+func (r noting) Apply(d *spec.RosterDelta) error {
+	err := r.Server.Apply(d)
+	r.noted(d.To, err)
+	return err
+}
+
+// noted tells the world what serves after a change to generation gen that
+// returned err: saved when it returned nil, served but not saved when the
+// resolver serves gen all the same.
+func (r noting) noted(gen uint64, err error) {
+	if cur := r.Server.Roster(); cur != nil && cur.Generation == gen && r.note != nil {
+		r.note(cur, err == nil)
+	}
+}
+
 // incarnation is one boot of the agent from the state directory.
 type incarnation struct {
 	source *declsource.Source
@@ -55,7 +84,7 @@ type incarnation struct {
 // boot starts the agent from dir over rt, as the agent command does: the
 // resolver first (serving its saved roster), the saved declaration as the
 // Source's initial one, the gate, the journal, the reconciler.
-func boot(dir statedir.Dir, rt *memory.Runtime) (*incarnation, error) {
+func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, saved bool)) (*incarnation, error) {
 	if err := dir.Create(); err != nil {
 		return nil, err
 	}
@@ -97,7 +126,7 @@ func boot(dir statedir.Dir, rt *memory.Runtime) (*incarnation, error) {
 		return nil, err
 	}
 	a, err := agent.New(agent.Config{
-		Runtime: rt, Reconciler: rec, Resolver: srv, Gate: gate, Source: source, Networks: bridge{},
+		Runtime: rt, Reconciler: rec, Resolver: noting{srv, note}, Gate: gate, Source: source, Networks: bridge{},
 		Journal: jnl, State: dir, Saved: saved, Guard: Guard, HoldAbove: HoldAbove,
 	})
 	if err != nil {

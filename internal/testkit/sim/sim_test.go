@@ -24,6 +24,7 @@ var (
 	steps    = flag.Int("sim.steps", 120, "steps per seed")
 	first    = flag.Uint64("sim.first", 1, "the first seed drawn (seeds are first, first+1, ...)")
 	skipFlag = flag.String("sim.skip", "", "with -seed: leave out these steps (1,4,7-9: a shrunk schedule)")
+	strict   = flag.Bool("sim.strict", false, "the resolver never serves an older roster after a restart, even one whose save failed")
 	shrinkT  = flag.Duration("sim.shrink", 30*time.Second, "how long to shrink a failing schedule (0: do not)")
 )
 
@@ -121,7 +122,7 @@ func TestSimReplays(t *testing.T) {
 // synctest bubble of its own.
 func runSeed(t *testing.T, seed uint64, skip map[int]bool) (f *Failure, st Stats) {
 	synctest.Test(t, func(t *testing.T) {
-		opts := Options{Steps: *steps, Dir: t.TempDir(), Skip: skip}
+		opts := Options{Steps: *steps, Dir: t.TempDir(), Skip: skip, Strict: *strict}
 		if os.Geteuid() == 0 {
 			// The state directory on a small file system of its own, for
 			// the full-disk faults; the watched files beside it.

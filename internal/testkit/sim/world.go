@@ -30,6 +30,10 @@ type Options struct {
 	// Fill, when set, fills the file system of Dir (fullfs.Fill) and
 	// returns what frees it: the schedule then has full-disk faults.
 	Fill func() (release func())
+	// Strict holds the resolver to never serving an older roster across a
+	// restart, even when the newer one's save failed (see
+	// RestartServesNewestSaved): the resolver serves what it cannot save.
+	Strict bool
 	// Skip leaves these steps out of the schedule (a shrunk schedule).
 	Skip map[int]bool
 
@@ -78,6 +82,7 @@ type world struct {
 	modes map[string]spec.NameMode
 	// fill fills the state directory's file system (nil: no full-disk
 	// faults); release frees it while it is full.
+	strict  bool // Options.Strict
 	fill    func() (release func())
 	release func()
 	rt      *memory.Runtime
@@ -107,8 +112,17 @@ type world struct {
 	lastSaved     uint64
 	servedAtCrash *spec.Roster
 	bootServed    *spec.Roster // the roster the resolver served as it booted
-	bootHead      uint64       // the declaration in force as the restart booted, before any input
-	restarted     bool
+	// servedSaved is the last roster the resolver served after a save
+	// that returned success; servedUnsaved says the one served since
+	// could not be saved (a full disk).
+	servedSaved   *spec.Roster
+	servedUnsaved bool
+	// unsavedAtCrash: the roster served as the agent crashed was not saved.
+	unsavedAtCrash bool
+	// passedSinceBoot: this incarnation ran a pass (lastPass is its own).
+	passedSinceBoot bool
+	bootHead        uint64 // the declaration in force as the restart booted, before any input
+	restarted       bool
 	// refusedInput is set by a step whose input was refused: what must
 	// not have changed.
 	refusedInput *snapshot
@@ -156,6 +170,7 @@ func Run(seed uint64, opts Options) (*Failure, Stats) {
 		dir:     statedir.New(filepath.Join(opts.Dir, "state")),
 		in:      filepath.Join(cmp.Or(opts.InDir, opts.Dir), "in"),
 		fill:    opts.Fill,
+		strict:  opts.Strict,
 		rosters: map[uint64]string{},
 		foreign: map[string]string{},
 		modes:   map[string]spec.NameMode{},
@@ -238,7 +253,7 @@ func (w *world) setup() error {
 		w.foreign[f.name] = id
 	}
 	w.rt.Watch(w.watch)
-	m, err := boot(w.dir, w.rt)
+	m, err := boot(w.dir, w.rt, w.noteServed)
 	if err != nil {
 		return err
 	}
@@ -272,6 +287,7 @@ func (w *world) pass(why string) {
 	d, _ := w.m.source.Current()
 	w.passDecl = d
 	rep, err := w.m.agent.Pass(context.Background())
+	w.passedSinceBoot = true
 	w.lastPass, w.lastPassErr = rep, err
 	w.logf("pass (%s): %s", why, describePass(rep, err))
 }
@@ -334,10 +350,10 @@ func describePass(rep *agent.Report, err error) string {
 func (w *world) restart(why string) error {
 	w.st.Restarts++
 	w.lastSaved = savedGeneration(w) // what the state directory holds as the process dies
-	w.servedAtCrash = w.m.srv.Roster()
+	w.servedAtCrash, w.unsavedAtCrash = w.m.srv.Roster(), w.servedUnsaved
 	w.m.stop()
 	w.rt.Recover()
-	m, err := boot(w.dir, w.rt)
+	m, err := boot(w.dir, w.rt, w.noteServed)
 	if err != nil {
 		return fmt.Errorf("restarting: %w", err)
 	}
@@ -347,11 +363,20 @@ func (w *world) restart(why string) error {
 		w.bootHead = h.Declaration.Generation
 	}
 	w.readWatched()
-	w.restarted = true
+	w.restarted, w.passedSinceBoot = true, false
 	// lastPass and passDecl stay: the containers outlive the crash, and the
 	// first pass after it is judged against the last one before.
 	w.logf("crash and restart (%s)", why)
 	return nil
+}
+
+// noteServed remembers the roster the resolver serves after a change, and
+// whether its save returned success.
+func (w *world) noteServed(r *spec.Roster, saved bool) {
+	w.servedUnsaved = !saved && !w.strict
+	if saved {
+		w.servedSaved = r
+	}
 }
 
 // readWatched reads the watched path, as the agent's watcher does when
