@@ -85,6 +85,9 @@ func (w *world) watch(call memory.Call, now []memory.Container) {
 	if err := failsClosed(w, now); err != nil {
 		w.violate("FailsClosed", at(err))
 	}
+	if err := frozenChangesNothing(w, call, now); err != nil {
+		w.violate("FrozenChangesNothing", at(err))
+	}
 	if err := pauseSwitchesNothingToResolve(w, call, now); err != nil {
 		w.violate("PauseSwitchesNothingToResolve", at(err))
 	}
@@ -95,6 +98,37 @@ func (w *world) watch(call memory.Call, now []memory.Container) {
 			}
 		}
 	}
+}
+
+// frozenChangesNothing: while the machine is frozen, no container of this
+// machine is created, stopped or removed, but to finish or roll back a
+// replacement a crash interrupted (its old container set aside).
+func frozenChangesNothing(w *world, call memory.Call, now []memory.Container) error {
+	defer func() {
+		clear(w.running)
+		for _, c := range now {
+			if c.State == reconcile.StateRunning {
+				w.running[c.ID] = c.Name
+			}
+		}
+	}()
+	if !w.frozen {
+		return nil
+	}
+	aside := func(name string) bool {
+		return slices.ContainsFunc(now, func(c memory.Container) bool { return c.Name == baseName(name)+spec.AsideSuffix })
+	}
+	switch call.Method {
+	case "Create":
+		if !aside(call.Name) {
+			return fmt.Errorf("frozen, and %q was created", call.Name)
+		}
+	case "Stop", "Remove":
+		if name, ok := w.running[call.ID]; ok && !strings.HasSuffix(name, spec.AsideSuffix) && !aside(name) {
+			return fmt.Errorf("frozen, and running %q (%s) got a %s", name, call.ID, call.Method)
+		}
+	}
+	return nil
 }
 
 // pauseSwitchesNothingToResolve: while the migration is paused, no

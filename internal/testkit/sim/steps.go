@@ -511,6 +511,9 @@ func (w *world) control(what string) error {
 	}
 	err := agent.SetFrozen(w.dir, f)
 	w.logf("%s: %v", what, err) // fails on a full disk, as the command does
+	if err == nil {
+		w.frozen = f != nil
+	}
 	return nil
 }
 

@@ -75,8 +75,12 @@ type world struct {
 	watched string
 	// proven: the gate has a passed probe of the runtime's network.
 	proven bool
-	// paused: the operator paused the migration (meshhost migrate pause).
-	paused bool
+	// paused: the operator paused the migration (meshhost migrate pause);
+	// frozen: the machine is frozen (meshhost freeze).
+	paused, frozen bool
+	// running is every running container's name by ID, as the last
+	// runtime call left them.
+	running map[string]string
 	// modes is each declared name's container's name mode, as the last
 	// runtime call left it.
 	modes map[string]spec.NameMode
@@ -174,6 +178,7 @@ func Run(seed uint64, opts Options) (*Failure, Stats) {
 		rosters: map[uint64]string{},
 		foreign: map[string]string{},
 		modes:   map[string]spec.NameMode{},
+		running: map[string]string{},
 	}
 	w.watched = []string{"file", "dir"}[w.rng.IntN(2)]
 	w.rt = memory.New(memory.Options{})
@@ -414,6 +419,7 @@ func (w *world) quiesce() error {
 	if err := agent.SetFrozen(w.dir, nil); err != nil {
 		return err
 	}
+	w.frozen = false
 	if _, ok := w.m.source.Head(); !ok {
 		return nil // nothing declared: nothing to converge to
 	}
