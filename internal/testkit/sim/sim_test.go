@@ -153,7 +153,9 @@ func shrink(t *testing.T, seed uint64, f *Failure) (map[int]bool, *Failure) {
 			for _, s := range live[i:end] {
 				try[s] = true
 			}
-			if g, _ := runSeed(t, seed, try); g != nil && g.Invariant == f.Invariant {
+			// The same invariant, no later: a schedule that fails further
+			// on is not a smaller one.
+			if g, _ := runSeed(t, seed, try); g != nil && g.Invariant == f.Invariant && g.Step <= best.Step {
 				skip, best = try, g
 				live = slices.Delete(live, i, end)
 				continue
