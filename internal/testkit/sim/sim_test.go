@@ -25,6 +25,7 @@ var (
 	first    = flag.Uint64("sim.first", 1, "the first seed drawn (seeds are first, first+1, ...)")
 	skipFlag = flag.String("sim.skip", "", "with -seed: leave out these steps (1,4,7-9: a shrunk schedule)")
 	strict   = flag.Bool("sim.strict", false, "the resolver never serves an older roster after a restart, even one whose save failed")
+	showLog  = flag.Bool("sim.log", false, "print every seed's schedule, failed or not")
 	shrinkT  = flag.Duration("sim.shrink", 30*time.Second, "how long to shrink a failing schedule (0: do not)")
 )
 
@@ -129,7 +130,14 @@ func runSeed(t *testing.T, seed uint64, skip map[int]bool) (f *Failure, st Stats
 			opts.InDir, opts.Dir = opts.Dir, fullfs.Mount(t, 8<<20)
 			opts.Fill = func() func() { return fullfs.Fill(t, opts.Dir, 0) }
 		}
+		var log []string
+		if *showLog {
+			opts.trace = &log
+		}
 		f, st = Run(seed, opts)
+		if *showLog {
+			t.Logf("seed %d:\n%s", seed, strings.Join(log, "\n"))
+		}
 	})
 	return f, st
 }
