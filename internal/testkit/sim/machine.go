@@ -84,7 +84,7 @@ type incarnation struct {
 // boot starts the agent from dir over rt, as the agent command does: the
 // resolver first (serving its saved roster), the saved declaration as the
 // Source's initial one, the gate, the journal, the reconciler.
-func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, saved bool)) (*incarnation, error) {
+func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, saved bool), servedAtBoot bool) (*incarnation, error) {
 	if err := dir.Create(); err != nil {
 		return nil, err
 	}
@@ -106,6 +106,15 @@ func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, s
 	source := declsource.New(declsource.Config{Machine: Machine, Initial: initial})
 	if _, ok := source.Head(); !ok {
 		saved = nil
+	}
+	if servedAtBoot {
+		// What the agent command should do and does not (sim-note.md,
+		// defect 2): tell the Source the roster the resolver serves before
+		// any input is read, not at the agent's first pass (which waits for
+		// the runtime).
+		if r := srv.Roster(); r != nil {
+			source.SetServed(r.Generation, srv.Roster)
+		}
 	}
 	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: Machine})
 	if err != nil {

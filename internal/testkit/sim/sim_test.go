@@ -25,6 +25,7 @@ var (
 	first    = flag.Uint64("sim.first", 1, "the first seed drawn (seeds are first, first+1, ...)")
 	skipFlag = flag.String("sim.skip", "", "with -seed: leave out these steps (1,4,7-9: a shrunk schedule)")
 	strict   = flag.Bool("sim.strict", false, "the resolver never serves an older roster after a restart, even one whose save failed")
+	unserved = flag.Bool("sim.unserved", false, "boot as the agent command does today: the Source learns the served roster only at the first pass")
 	showLog  = flag.Bool("sim.log", false, "print every seed's schedule, failed or not")
 	shrinkT  = flag.Duration("sim.shrink", 30*time.Second, "how long to shrink a failing schedule (0: do not)")
 )
@@ -123,7 +124,7 @@ func TestSimReplays(t *testing.T) {
 // synctest bubble of its own.
 func runSeed(t *testing.T, seed uint64, skip map[int]bool) (f *Failure, st Stats) {
 	synctest.Test(t, func(t *testing.T) {
-		opts := Options{Steps: *steps, Dir: t.TempDir(), Skip: skip, Strict: *strict}
+		opts := Options{Steps: *steps, Dir: t.TempDir(), Skip: skip, Strict: *strict, Unserved: *unserved}
 		if os.Geteuid() == 0 {
 			// The state directory on a small file system of its own, for
 			// the full-disk faults; the watched files beside it.

@@ -30,6 +30,7 @@ var stepKinds = []stepKind{
 	{"pass", 24, func(w *world) error { w.pass("scheduled"); return nil }},
 	{"good whole", 12, (*world).goodWhole},
 	{"good delta", 10, (*world).goodDelta},
+	{"nats roster commit", 5, (*world).rosterCommit},
 	{"duplicate", 2, (*world).duplicate},
 	{"bad input", 10, (*world).badInput},
 	{"rollback", 3, (*world).rollback},
@@ -93,6 +94,16 @@ func (w *world) offerVia(path string, doc []byte) (bool, string) {
 		if err != nil {
 			return false, firstLine(err.Error())
 		}
+		return true, ""
+	case "put":
+		d, err := parseDoc(doc)
+		if err == nil {
+			err = src.Put(d, "nats")
+		}
+		if err != nil {
+			return false, firstLine(err.Error())
+		}
+		w.natsDecl, _ = src.Current()
 		return true, ""
 	case "http":
 		req := httptest.NewRequest(http.MethodPut, "/v1/declaration", bytes.NewReader(doc))
@@ -255,6 +266,9 @@ func marshal(d *spec.Declaration) []byte {
 func (w *world) goodWhole() error {
 	d := w.next(w.current())
 	path := w.path()
+	if w.rng.IntN(5) == 0 {
+		path = "put" // as natssource puts a whole declaration
+	}
 	return w.expectAccepted(fmt.Sprintf("whole gen=%d roster=%d via %s", d.Generation, d.Roster.Generation, path), path, marshal(d), d.Roster)
 }
 
@@ -273,6 +287,49 @@ func (w *world) goodDelta() error {
 	}
 	path := w.path()
 	return w.expectAccepted(fmt.Sprintf("delta gen=%d roster %d->%d via %s", dd.Generation, cur.Roster.Generation, nr.Generation, path), path, doc, nr)
+}
+
+// rosterCommit puts a roster change as natssource does with a roster
+// commit (Source.PutRosterDelta): made under the controller's declaration
+// generation, which a local rollback may have left behind the one in
+// force. Now and then one every source must refuse: from another base, to
+// an older roster, or under a declaration generation the agent lacks.
+func (w *world) rosterCommit() error {
+	cur, _ := w.m.source.Current()
+	if cur == nil {
+		return w.goodWhole()
+	}
+	declGen := cur.Generation - min(cur.Generation-1, w.rng.Uint64N(3))
+	nr := w.nextRoster(cur.Roster)
+	d := deltaOf(cur.Roster, nr)
+	bad := ""
+	switch w.rng.IntN(6) {
+	case 0:
+		d.From, bad = cur.Roster.Generation+1, "from another base"
+	case 1:
+		declGen, bad = cur.Generation+1, "under a newer declaration"
+	case 2:
+		if cur.Roster.Generation > 1 {
+			d.From, d.To, bad = cur.Roster.Generation-1, cur.Roster.Generation-1, "to an older roster"
+		}
+	}
+	before := w.snapshot()
+	err := w.m.source.PutRosterDelta(Machine, declGen, d, "nats")
+	w.logf("roster commit %d->%d under declaration %d (in force %d)%s: %v", d.From, d.To, declGen, cur.Generation, map[bool]string{true: ", " + bad}[bad != ""], firstLine(fmt.Sprint(err)))
+	switch {
+	case bad == "" && err != nil:
+		w.violate("GoodInputAccepted", fmt.Errorf("a roster commit %d->%d under declaration %d was refused: %v", d.From, d.To, declGen, err))
+	case bad != "" && err == nil:
+		w.violate("BadInputRefused", fmt.Errorf("a roster commit %s was accepted", bad))
+	case bad != "":
+		w.st.Refused++
+		w.refusedInput = before
+	default:
+		w.st.Accepted++
+		w.natsDecl, _ = w.m.source.Current()
+		w.took()
+	}
+	return nil
 }
 
 // deltaOf is the delta from a to b.

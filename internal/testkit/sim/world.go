@@ -34,6 +34,10 @@ type Options struct {
 	// restart, even when the newer one's save failed (see
 	// RestartServesNewestSaved): the resolver serves what it cannot save.
 	Strict bool
+	// Unserved boots as the agent command does today: the Source learns
+	// the roster the resolver serves only at the agent's first pass
+	// (sim-note.md, defect 2). Default: told at boot, as it should be.
+	Unserved bool
 	// Skip leaves these steps out of the schedule (a shrunk schedule).
 	Skip map[int]bool
 
@@ -75,6 +79,9 @@ type world struct {
 	watched string
 	// proven: the gate has a passed probe of the runtime's network.
 	proven bool
+	// natsDecl is what the NATS source delivered last (a roster commit
+	// or a whole declaration), which its watcher delivers again at start.
+	natsDecl *spec.Declaration
 	// paused: the operator paused the migration (meshhost migrate pause);
 	// frozen: the machine is frozen (meshhost freeze).
 	paused, frozen bool
@@ -86,14 +93,14 @@ type world struct {
 	modes map[string]spec.NameMode
 	// fill fills the state directory's file system (nil: no full-disk
 	// faults); release frees it while it is full.
-	strict  bool // Options.Strict
-	fill    func() (release func())
-	release func()
-	rt      *memory.Runtime
-	m       *incarnation
-	step    int
-	log     []string
-	st      Stats
+	strict, unserved bool // Options.Strict, Options.Unserved
+	fill             func() (release func())
+	release          func()
+	rt               *memory.Runtime
+	m                *incarnation
+	step             int
+	log              []string
+	st               Stats
 
 	// offered is the highest declaration generation offered; rosterGen the
 	// highest roster generation.
@@ -169,16 +176,17 @@ func Run(seed uint64, opts Options) (*Failure, Stats) {
 		opts.Steps = 120
 	}
 	w := &world{
-		seed:    seed,
-		rng:     stepRand(seed, 0),
-		dir:     statedir.New(filepath.Join(opts.Dir, "state")),
-		in:      filepath.Join(cmp.Or(opts.InDir, opts.Dir), "in"),
-		fill:    opts.Fill,
-		strict:  opts.Strict,
-		rosters: map[uint64]string{},
-		foreign: map[string]string{},
-		modes:   map[string]spec.NameMode{},
-		running: map[string]string{},
+		seed:     seed,
+		rng:      stepRand(seed, 0),
+		dir:      statedir.New(filepath.Join(opts.Dir, "state")),
+		in:       filepath.Join(cmp.Or(opts.InDir, opts.Dir), "in"),
+		fill:     opts.Fill,
+		strict:   opts.Strict,
+		unserved: opts.Unserved,
+		rosters:  map[uint64]string{},
+		foreign:  map[string]string{},
+		modes:    map[string]spec.NameMode{},
+		running:  map[string]string{},
 	}
 	w.watched = []string{"file", "dir"}[w.rng.IntN(2)]
 	w.rt = memory.New(memory.Options{})
@@ -258,7 +266,7 @@ func (w *world) setup() error {
 		w.foreign[f.name] = id
 	}
 	w.rt.Watch(w.watch)
-	m, err := boot(w.dir, w.rt, w.noteServed)
+	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved)
 	if err != nil {
 		return err
 	}
@@ -358,7 +366,7 @@ func (w *world) restart(why string) error {
 	w.servedAtCrash, w.unsavedAtCrash = w.m.srv.Roster(), w.servedUnsaved
 	w.m.stop()
 	w.rt.Recover()
-	m, err := boot(w.dir, w.rt, w.noteServed)
+	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved)
 	if err != nil {
 		return fmt.Errorf("restarting: %w", err)
 	}
@@ -368,6 +376,7 @@ func (w *world) restart(why string) error {
 		w.bootHead = h.Declaration.Generation
 	}
 	w.readWatched()
+	w.natsRedeliver()
 	w.restarted, w.passedSinceBoot = true, false
 	// lastPass and passDecl stay: the containers outlive the crash, and the
 	// first pass after it is judged against the last one before.
@@ -381,6 +390,24 @@ func (w *world) noteServed(r *spec.Roster, saved bool) {
 	w.servedUnsaved = !saved && !w.strict
 	if saved {
 		w.servedSaved = r
+	}
+}
+
+// natsRedeliver puts again what the NATS source delivered last, as its
+// watcher does when it starts: the agent saves a roster that moved without
+// its declaration only with the declaration's next generation ("the
+// roster source has it"), so without this a restart would lose it.
+func (w *world) natsRedeliver() {
+	if w.natsDecl == nil {
+		return
+	}
+	_, before := w.m.source.Snapshot()
+	err := w.m.source.Put(w.natsDecl, "nats")
+	if _, after := w.m.source.Snapshot(); after != before {
+		w.logf("nats redelivers declaration %d roster %d: took change %d", w.natsDecl.Generation, w.natsDecl.Roster.Generation, after)
+		w.took()
+	} else {
+		w.logf("nats redelivers declaration %d roster %d: %v", w.natsDecl.Generation, w.natsDecl.Roster.Generation, firstLine(fmt.Sprint(err)))
 	}
 }
 
