@@ -312,7 +312,7 @@ func restartServesNewestSaved(w *world) error {
 	was, why := w.servedAtCrash, "served before the crash"
 	if w.unsavedAtCrash {
 		// Served, but its save failed: the newest whose save succeeded.
-		was, why = w.servedSaved, "the newest roster whose save succeeded"
+		was, why = w.savedAtCrash, "the newest roster whose save succeeded"
 	}
 	if was != nil {
 		r := w.bootServed

@@ -128,8 +128,10 @@ type world struct {
 	// could not be saved (a full disk).
 	servedSaved   *spec.Roster
 	servedUnsaved bool
-	// unsavedAtCrash: the roster served as the agent crashed was not saved.
+	// unsavedAtCrash: the roster served as the agent crashed was not
+	// saved; savedAtCrash the newest that was.
 	unsavedAtCrash bool
+	savedAtCrash   *spec.Roster
 	// passedSinceBoot: this incarnation ran a pass (lastPass is its own).
 	passedSinceBoot bool
 	bootHead        uint64 // the declaration in force as the restart booted, before any input
@@ -363,7 +365,7 @@ func describePass(rep *agent.Report, err error) string {
 func (w *world) restart(why string) error {
 	w.st.Restarts++
 	w.lastSaved = savedGeneration(w) // what the state directory holds as the process dies
-	w.servedAtCrash, w.unsavedAtCrash = w.m.srv.Roster(), w.servedUnsaved
+	w.servedAtCrash, w.unsavedAtCrash, w.savedAtCrash = w.m.srv.Roster(), w.servedUnsaved, w.servedSaved
 	w.m.stop()
 	w.rt.Recover()
 	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved)
