@@ -351,16 +351,21 @@ func resolverServesARosterTaken(w *world) error {
 // names than the guard lets through, unless the operator accepted a
 // generation the hold covers.
 func guardHoldsShrinks(w *world) error {
-	r := w.m.srv.Roster()
-	if r == nil || w.served == nil || r.Generation == w.served.Generation {
+	r, prev := w.m.srv.Roster(), w.served
+	if w.restarted {
+		// What the restarted resolver serves is judged by
+		// RestartServesNewestSaved; the guard judges what moved it since.
+		prev = w.bootServed
+	}
+	if r == nil || prev == nil || r.Generation == prev.Generation {
 		return nil
 	}
-	if err := rosterguard.Check(w.served, r, Guard); err != nil {
+	if err := rosterguard.Check(prev, r, Guard); err != nil {
 		w.st.AcceptedShrinks++
 		// The rule stated here, not called (pass.AcceptCovers): a mutant of
 		// the rule must not change what the invariant asks.
-		if acc := agent.AcceptedRoster(w.dir); !(w.served.Generation < acc && acc <= r.Generation) {
-			return fmt.Errorf("roster %d -> %d served though the guard holds it (accepted %d): %v", w.served.Generation, r.Generation, acc, err)
+		if acc := agent.AcceptedRoster(w.dir); !(prev.Generation < acc && acc <= r.Generation) {
+			return fmt.Errorf("roster %d -> %d served though the guard holds it (accepted %d): %v", prev.Generation, r.Generation, acc, err)
 		}
 	}
 	return nil
