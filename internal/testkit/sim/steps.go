@@ -606,7 +606,6 @@ var methods = []string{"List", "Inspect", "Create", "Start", "Stop", "Rename", "
 func (w *world) runtimeFault() error {
 	f := memory.Fault{Method: methods[w.rng.IntN(len(methods))], N: 1 + w.rng.IntN(3), After: w.rng.IntN(2) == 0}
 	w.rt.Inject(f)
-	w.faulty = true
 	w.st.Faults++
 	w.logf("fault: %s call %d fails (after=%v)", f.Method, f.N, f.After)
 	return nil
@@ -650,7 +649,6 @@ func (w *world) migrate(pause bool) error {
 // one on, until "podman up" (or a restart, or a quiesce).
 func (w *world) podmanDown() error {
 	w.rt.Inject(memory.Fault{Method: methods[w.rng.IntN(len(methods))], N: 1, Crash: true, Err: errors.New("connection refused")})
-	w.faulty = true
 	w.st.Faults++
 	w.logf("podman's API goes down")
 	return nil

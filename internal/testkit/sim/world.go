@@ -148,8 +148,6 @@ type world struct {
 	prevDecl    *spec.Declaration
 	prevRep     *agent.Report
 	passDecl    *spec.Declaration // the declaration of the last pass
-	// faulty: a runtime fault is armed or fired since the last quiesce.
-	faulty bool
 }
 
 type violation struct {
@@ -443,7 +441,6 @@ func (w *world) watchedPath() string {
 func (w *world) quiesce() error {
 	w.st.Quiesces++
 	w.rt.Recover()
-	w.faulty = false
 	w.freeDisk()
 	if err := agent.SetFrozen(w.dir, nil); err != nil {
 		return err
