@@ -5,10 +5,12 @@
 // schedule of inputs, operator controls and faults, with the machine's
 // invariants checked after every step and after every runtime call.
 //
-// Determinism: a run draws everything from one math/rand/v2 PCG source
-// seeded by its seed, drives the agent's passes itself (Agent.Pass, not
-// Agent.Run's timers and roster loop, whose interleaving the Go scheduler
-// would decide), runs the reconciler with Concurrency 1, and runs under
+// Determinism: a run draws everything from math/rand/v2 PCG sources
+// seeded by its seed (one per step, so that a shrunk schedule draws its
+// remaining steps alike), drives the agent itself (Agent.Pass, and
+// Agent.RosterNow for Run's roster loop, whose interleaving with passes
+// the Go scheduler would decide), runs the reconciler with Concurrency 1,
+// fakes NATS's delivery (Source.PutRosterDelta and Source.Put), and runs under
 // testing/synctest, so every clock the code reads is the bubble's fake
 // clock (which starts at the same instant each run and moves only when the
 // schedule sleeps). The same seed replays the same run, call by call.
