@@ -59,8 +59,10 @@ func (w *world) check() *violation {
 	if h, ok := w.m.source.Head(); ok {
 		w.headGen, w.declaredRoster = h.Declaration.Generation, h.Declaration.Roster.Generation
 	}
-	if r := w.m.srv.Roster(); r != nil {
-		w.servedGen, w.served = r.Generation, r
+	// Nothing served (a restart lost an unsaved first roster) is 0.
+	w.served, w.servedGen = w.m.srv.Roster(), 0
+	if w.served != nil {
+		w.servedGen = w.served.Generation
 	}
 	w.savedGen = savedGeneration(w)
 	return nil
