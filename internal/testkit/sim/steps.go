@@ -315,7 +315,11 @@ func (w *world) rosterCommit() error {
 	}
 	before := w.snapshot()
 	err := w.m.source.PutRosterDelta(Machine, declGen, d, "nats")
-	w.logf("roster commit %d->%d under declaration %d (in force %d)%s: %v", d.From, d.To, declGen, cur.Generation, map[bool]string{true: ", " + bad}[bad != ""], firstLine(fmt.Sprint(err)))
+	what := fmt.Sprintf("roster commit %d->%d under declaration %d (in force %d)", d.From, d.To, declGen, cur.Generation)
+	if bad != "" {
+		what += ", " + bad
+	}
+	w.logf("%s: %v", what, firstLine(fmt.Sprint(err)))
 	switch {
 	case bad == "" && err != nil:
 		w.violate("GoodInputAccepted", fmt.Errorf("a roster commit %d->%d under declaration %d was refused: %v", d.From, d.To, declGen, err))
