@@ -695,7 +695,14 @@ func (g *Gate) Modes(containers []spec.Container, observed []reconcile.Observed)
 	s := g.view()
 	out := make(map[string]spec.Mode, len(containers))
 	for _, c := range containers {
-		out[c.Name] = decide(s, networkNames(c), cur[c.Name])
+		current := cur[c.Name]
+		if current == nil && s.Paused {
+			// A replacement a crash interrupted left the old container
+			// aside: paused, the name keeps the mode it ran in, as any
+			// container that exists does, instead of a new one's.
+			current = cur[c.Name+spec.AsideSuffix]
+		}
+		out[c.Name] = decide(s, networkNames(c), current)
 	}
 	return out
 }
