@@ -163,12 +163,9 @@ func (s *Server) checkLoops(ctx context.Context) {
 	if p == nil || len(*p) == 0 || len(*s.own.Load()) == 0 {
 		return // nothing to ask, or nowhere a question could come back to
 	}
-	own := *s.own.Load()
-	var ups []netip.AddrPort
-	for _, u := range *p {
-		if !ownAddress(u, own) { // left out, and logged, already
-			ups = append(ups, u)
-		}
+	ups := loopCheckTargets(*p, *s.own.Load(), localAddrs())
+	if len(ups) == 0 {
+		return
 	}
 	names := make(map[netip.AddrPort]string, len(ups))
 	s.loops.mu.Lock()
@@ -275,4 +272,38 @@ func askOnce(ctx context.Context, u netip.AddrPort, qname []byte, timeout time.D
 			return int(buf[3] & 0x0F)
 		}
 	}
+}
+
+// loopCheckTargets returns the upstreams a loop check asks: those on this
+// machine (loopback, or an address of its interfaces, local) that are not
+// one of own, the resolver's listen addresses (left out, and logged,
+// already). An upstream on another machine is not asked: it cannot reach
+// the addresses the resolver listens on (loopback, bridge gateways), and a
+// question to it would be traffic off the machine for a loop that cannot
+// be (a resolver told to --listen on an address other machines reach is
+// the exception, and is not checked by question).
+func loopCheckTargets(ups, own []netip.AddrPort, local map[netip.Addr]bool) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, u := range ups {
+		if !ownAddress(u, own) && (u.Addr().IsLoopback() || local[u.Addr().Unmap()]) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// localAddrs returns the addresses of this machine's interfaces (none when
+// they cannot be read).
+func localAddrs() map[netip.Addr]bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	out := make(map[netip.Addr]bool, len(addrs))
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out[p.Addr().Unmap()] = true
+		}
+	}
+	return out
 }

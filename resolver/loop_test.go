@@ -3,6 +3,7 @@ package resolver
 import (
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -174,5 +175,24 @@ func TestOwnAddress(t *testing.T) {
 		if got := ownAddress(netip.MustParseAddrPort(tc.upstream), own); got != tc.want {
 			t.Errorf("ownAddress(%s) = %t, want %t", tc.upstream, got, tc.want)
 		}
+	}
+}
+
+// TestLoopCheckAsksOnlyThisMachine: the loop check's questions go to
+// upstreams on this machine only (loopback, an interface's address), never
+// to one of the resolver's own addresses nor off the machine: tests and
+// hosts whose upstream is another machine send it no question of ours.
+func TestLoopCheckAsksOnlyThisMachine(t *testing.T) {
+	lo := netip.MustParseAddrPort("127.0.0.53:53")
+	iface := netip.MustParseAddrPort("10.88.0.1:53")
+	remote := netip.MustParseAddrPort("192.0.2.1:53")
+	own := netip.MustParseAddrPort("127.0.0.1:53")
+	local := map[netip.Addr]bool{iface.Addr(): true}
+	got := loopCheckTargets([]netip.AddrPort{lo, iface, remote, own}, []netip.AddrPort{own}, local)
+	if want := []netip.AddrPort{lo, iface}; !slices.Equal(got, want) {
+		t.Errorf("loopCheckTargets = %v, want %v", got, want)
+	}
+	if got := loopCheckTargets([]netip.AddrPort{remote}, []netip.AddrPort{own}, localAddrs()); len(got) != 0 {
+		t.Errorf("a TEST-NET upstream is asked: %v", got)
 	}
 }

@@ -156,6 +156,13 @@ func openSources(ctx context.Context, g *errgroup.Group, c *agentConfig, res age
 		initial = saved.Declaration
 	}
 	source := declsource.New(declsource.Config{Machine: c.Machine, Initial: initial, Reader: specjson.Reader{Busy: res.Busy}, Logger: logger, Registerer: reg})
+	// Inputs are judged against the roster the resolver serves from the
+	// first one on, not from the agent's first pass, which waits for the
+	// runtime: else a restart took a declaration reusing the served
+	// roster's generation with other names (found by internal/testkit/sim).
+	if r := res.Roster(); r != nil {
+		source.SetServed(r.Generation, res.Roster)
+	}
 	if _, ok := source.Head(); !ok {
 		saved = nil // not taken (another machine's): nothing to go on from
 	}

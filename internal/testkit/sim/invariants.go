@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/meshhost/meshhost/internal/agent"
-	"github.com/meshhost/meshhost/internal/agent/rosterguard"
+	"github.com/meshhost/meshhost/pass/rosterguard"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/spec"

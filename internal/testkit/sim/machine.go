@@ -9,9 +9,9 @@ import (
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/journal"
-	"github.com/meshhost/meshhost/internal/agent/rosterguard"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/migrations"
+	"github.com/meshhost/meshhost/pass/rosterguard"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/resolver"
@@ -126,8 +126,13 @@ func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, s
 		srv.Close()
 		return nil, fmt.Errorf("journal: %w", err)
 	}
+	hashKey, err := dir.LoadHashKey() // the machine's, kept across restarts as the agent's is
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("hash key: %w", err)
+	}
 	rec, err := reconcile.New(reconcile.Config{
-		Runtime: rt, Owner: Machine, Budget: Budget, Concurrency: 1,
+		Runtime: rt, Owner: Machine, Budget: Budget, Concurrency: 1, HashKey: hashKey,
 		Frozen: func() bool { f, _ := agent.Frozen(dir); return f != nil },
 	})
 	if err != nil {
