@@ -18,7 +18,7 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILDINFO := github.com/meshhost/meshhost/internal/plumbing/buildinfo
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)
 
-.PHONY: test vet demo fuzz fuzz-short bench-smoke build deb release-tests man
+.PHONY: test vet demo fuzz fuzz-short bench-smoke build deb release-tests man sim sim-mutants
 
 # build: meshhost; meshhost-resolver (`meshhost resolver` without the podman
 # client, for running the resolver alone); and the static probe binary the
@@ -92,3 +92,18 @@ fuzz:
 
 fuzz-short:
 	@scripts/fuzz 5s
+
+# sim: the deterministic simulation of one machine (internal/testkit/sim)
+# for SEEDS seeds from SEED_FIRST; a failure prints its seed and the
+# command that replays it. `make test` runs it too, for its default
+# -sim.duration (30s, plus the seed in progress). sim-mutants breaks each
+# rule of internal/testkit/sim/testdata/mutants.txt on purpose, one at a
+# time on a scratch copy of the tree, and says which the simulation caught
+# (SIM_DURATION each, default 60s).
+SEEDS ?= 1000
+SEED_FIRST ?= 1
+sim:
+	go test -count=1 -p 1 -timeout 0 ./internal/testkit/sim -run '^TestSim$$' -sim.seeds $(SEEDS) -sim.first $(SEED_FIRST) -v
+
+sim-mutants:
+	@scripts/sim-mutants

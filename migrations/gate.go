@@ -40,37 +40,20 @@ type GateConfig struct {
 	// Default 30s.
 	Retry time.Duration
 	// RollbackAfter is how many probes in a row must fail before a network
-	// in resolve mode goes back to copy mode (its containers then get
-	// their copy back through the reconciler's budgeted replacement).
-	// Until then the network is failing: reported loudly, and containers
-	// created on it get copy mode. Zero: the one the state file records
-	// (see Settings), else 2.
+	// in resolve mode goes back to copy mode; until then it is failing
+	// (reported, and containers created on it get copy mode). Zero: the
+	// state file's (Settings), else 2.
 	RollbackAfter int
-	// NodeLocal and Loopback are the addresses the agent's Exposer exposes
-	// the resolver on (ExposerConfig's fields of the same names); the gate
-	// records them in its state file (Settings) and counts only proofs of
-	// them. Zero: the ones the state file records, else the defaults.
+	// NodeLocal and Loopback are the addresses the Exposer exposes the
+	// resolver on (ExposerConfig's); only proofs of them count. Zero: the
+	// state file's (Settings), else the defaults.
 	NodeLocal, Loopback netip.Addr
 	// MaxProofAge is how old a network's passing probe may be and still
-	// switch it to resolve mode (under "auto", switch the machine). A probe
-	// proves the resolver reachable when it ran; an agent that can probe
-	// probes every network again each Interval, so only an agent that
-	// cannot (no probe binary, no zone to ask under) holds proofs older than
-	// that, and those prove nothing about today's networks: a network whose
-	// latest pass is older waits for a new probe. Networks in resolve mode
-	// already stay there (their containers rely on it; a failing probe is
-	// what takes them back). Zero: the one the state file records (see
-	// Settings), else DefaultMaxProofAge, or twice Interval when that is
-	// longer.
-	//
-	// A gate whose config sets MaxProofAge or RollbackAfter records it in
-	// the state file (State.Settings) when it opens it and whenever it
-	// writes it; one that leaves them zero judges the switch with what the
-	// file records. So the agent, which sets them (--proof-max-age), is
-	// the one whose settings count, and an operator command that opens
-	// the same file without them (`meshhost migrate pause`, `meshhost
-	// probe --state`, `meshhost plan`) judges as the agent does, instead
-	// of switching a network on a proof the agent holds too old.
+	// switch it to resolve mode; networks in resolve mode stay there.
+	// Zero: the state file's (Settings), else DefaultMaxProofAge, or twice
+	// Interval when that is longer. Set (with RollbackAfter), it is
+	// recorded in the state file, so commands that open the file without
+	// it judge as the agent does.
 	MaxProofAge time.Duration
 }
 
@@ -712,7 +695,14 @@ func (g *Gate) Modes(containers []spec.Container, observed []reconcile.Observed)
 	s := g.view()
 	out := make(map[string]spec.Mode, len(containers))
 	for _, c := range containers {
-		out[c.Name] = decide(s, networkNames(c), cur[c.Name])
+		current := cur[c.Name]
+		if current == nil && s.Paused {
+			// A replacement a crash interrupted left the old container
+			// aside: paused, the name keeps the mode it ran in, as any
+			// container that exists does, instead of a new one's.
+			current = cur[c.Name+spec.AsideSuffix]
+		}
+		out[c.Name] = decide(s, networkNames(c), current)
 	}
 	return out
 }

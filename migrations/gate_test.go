@@ -291,6 +291,34 @@ func TestPause(t *testing.T) {
 	}
 }
 
+// TestPauseKeepsAnInterruptedReplacement: paused while a replacement that
+// switches a container to resolve mode was cut short (the old container
+// aside, no new one yet), the container keeps its copy: the pass that
+// finishes the replacement after a restart does not switch it (found by
+// the simulation, internal/testkit/sim, seed 10857).
+func TestPauseKeepsAnInterruptedReplacement(t *testing.T) {
+	clk := &fakeClock{t0}
+	g := openGate(t, t.TempDir(), clk, nil)
+	_, err := g.Observe([]Network{defaultNet})
+	mustDo(t, err)
+	mustDo(t, g.SetFlag(spec.FlagOn))
+	mustDo(t, g.Record([]Result{result(defaultNet, true, t0)}))
+	mustDo(t, g.Pause())
+	cs := []spec.Container{container("a", "podman")}
+	for _, mode := range []spec.Mode{copyMode, gatewayMode} {
+		observed := []reconcile.Observed{running(t, "a"+spec.AsideSuffix, mode, "podman")}
+		if got := g.Modes(cs, observed)["a"]; got.Names != mode.Names {
+			t.Errorf("paused, a set aside in %s mode: Mode(a) = %s, want %s kept", mode.Names, got.Names, mode.Names)
+		}
+	}
+	// Resumed, the switch goes ahead.
+	mustDo(t, g.Resume())
+	observed := []reconcile.Observed{running(t, "a"+spec.AsideSuffix, copyMode, "podman")}
+	if got := g.Modes(cs, observed)["a"]; got.Names != spec.Resolve {
+		t.Errorf("resumed, a set aside in copy mode: Mode(a) = %s, want resolve", got.Names)
+	}
+}
+
 func TestStatePersists(t *testing.T) {
 	clk := &fakeClock{t0}
 	dir := t.TempDir()

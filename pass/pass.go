@@ -27,7 +27,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/pass/rosterguard"
@@ -52,14 +51,15 @@ type Input struct {
 	// Roster is the roster in force: RosterInForce's, not necessarily the
 	// declared one.
 	Roster *spec.Roster
-	// RosterLock, when set, is held while a copy-mode container is
-	// rendered with Roster (resolve mode does not read it): the agent
-	// changes its roster in place under it as changes arrive, without
-	// waiting for a pass.
-	RosterLock sync.Locker
-	Gate       Gate
-	Observed   []reconcile.Observed // what the runtime reports: one List
-	Planner    Planner
+	// Snapshot, when set, is asked for the roster in force instead of
+	// Roster, once, when the first copy-mode container is rendered
+	// (resolve mode reads no roster): a copy the caller never changes (the
+	// agent moves its own roster on as changes arrive, without waiting
+	// for a pass).
+	Snapshot func() *spec.Roster
+	Gate     Gate
+	Observed []reconcile.Observed // what the runtime reports: one List
+	Planner  Planner
 	// Cache, when set, carries the renderings of one Compute to the next
 	// (the agent keeps one): a container declared and moded as before is
 	// not rendered again. Nil renders every container.
@@ -97,11 +97,7 @@ type cached struct {
 
 // render returns c's rendering (declared at ct) for mode m with roster r:
 // the one cached when it still holds, else a new one, which next keeps.
-func (cache *Cache) render(ct *spec.Container, r *spec.Roster, lock sync.Locker, m spec.Mode, next map[string]*cached) (spec.Rendered, error) {
-	if m.Names == spec.Copy && lock != nil {
-		lock.Lock()
-		defer lock.Unlock()
-	}
+func (cache *Cache) render(ct *spec.Container, r *spec.Roster, m spec.Mode, next map[string]*cached) (spec.Rendered, error) {
 	var gen uint64
 	if m.Names == spec.Copy && r != nil {
 		gen = r.Generation
@@ -207,9 +203,14 @@ func Compute(ctx context.Context, in Input) (*Computed, error) {
 	if in.Cache != nil {
 		next = make(map[string]*cached, len(d.Containers))
 	}
+	roster, snapshot := in.Roster, in.Snapshot
 	for i := range d.Containers {
 		ct := &d.Containers[i]
-		r, err := in.Cache.render(ct, in.Roster, in.RosterLock, c.Modes[ct.Name], next)
+		m := c.Modes[ct.Name]
+		if m.Names == spec.Copy && snapshot != nil {
+			roster, snapshot = snapshot(), nil
+		}
+		r, err := in.Cache.render(ct, roster, m, next)
 		if err != nil {
 			return nil, fmt.Errorf("rendering %q: %w", ct.Name, err)
 		}

@@ -170,6 +170,10 @@ func (s *Server) Roster() *spec.Roster {
 	return t.roster(nil)
 }
 
+// RosterContext is Roster, as a resolver behind a socket answers it
+// (control.Client.RosterContext): in this process it never fails.
+func (s *Server) RosterContext(context.Context) (*spec.Roster, error) { return s.Roster(), nil }
+
 // SetAllow replaces the client networks answered besides loopback.
 func (s *Server) SetAllow(p []netip.Prefix) {
 	c := make([]netip.Prefix, 0, len(p))

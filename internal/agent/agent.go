@@ -12,6 +12,82 @@
 // The agent owns its state directory (package statedir names every file in
 // it) and its journal: it records each declaration it applies and each pass
 // that did something, with the declaration's generation.
+//
+// # How a roster change travels
+//
+// One change, from where it arrives to each part that owns a copy of the
+// roster; each applies it once, each reader follows the Source's Changes
+// with one cursor of its own:
+//
+//	push, file, directory (Offer) or NATS (Put, PutRosterDelta)
+//	  v
+//	declsource.Source: admits it (package admit), applies it to the declared
+//	  |  roster in place, records a Change (Seq, the delta, its undo), signals
+//	  |  Changed. Head() is the declaration without names; ChangesSince(cursor).
+//	  +--> declSaver.save (cursor savedSeq; declsave.go): the delta appended to
+//	  |      declaration.log, or the document written whole (declaration.json)
+//	  +--> rosterInForce (cursor declSeq; inforce.go), from a pass's step 1 or at
+//	  |      once from Run's roster loop: the Changes composed into pending;
+//	  |      pass.RosterChange (the guard) lets it through or holds it; then
+//	  |      Resolver.Apply(delta): the resolver swaps its table and appends
+//	  |      the delta to its roster.json.log (embedded: in State; a service: in
+//	  |      its own); then the agent's own roster, the guard's, takes it in
+//	  |      place, and SetServed tells the Source which generation is served
+//	  +--> the journal (cursor journalSeq, in a pass): a roster entry with the
+//	         change's diff, or the declaration's entry with it
+//
+// A pass renders copy-mode containers with a snapshot of the roster in
+// force (rosterInForce.snapshot), so the roster loop never waits for a
+// pass.
+//
+// # Glossary
+//
+// Generations:
+//   - declaration generation: spec.Declaration.Generation, the controller's
+//     number for the whole declaration; never goes back.
+//   - roster generation: spec.Roster.Generation, the roster's own number; it
+//     moves with or without its declaration's (a NATS roster change).
+//   - served generation: the roster generation the resolver serves
+//     (Source.SetServed; Report.RosterGeneration).
+//   - accepted roster generation: the one the operator let shrink past the
+//     roster guard (roster-accept; AcceptRoster).
+//   - approved declaration generation: the one the operator let past the
+//     blast-radius hold (approved; ApproveDeclaration).
+//   - savedGen, baseGen: the declaration generation last saved, and that of
+//     declaration.json (declSaver).
+//   - applied: the declaration generation last journalled (Agent).
+//   - olderLogged: an older declared roster generation already warned about.
+//
+// Cursors (the Source's Change.Seq: 1 for the first declaration taken after
+// New; Head.Seq is the last one the declaration in force includes):
+//   - savedSeq: the last Change saved in State (declSaver).
+//   - declSeq: the last Change composed into pending (rosterInForce).
+//   - journalSeq: the last Change journalled (Agent).
+//
+// Holds:
+//   - roster hold: the roster guard holds a change that drops too many names;
+//     the served roster stays (roster-held; released by meshhost roster
+//     accept or a roster that no longer drops them).
+//   - blast-radius hold: a plan that would replace and remove more than
+//     Config.HoldAbove containers is not applied (meshhost approve).
+//   - freeze: the machine is frozen (meshhost freeze); no container is
+//     created, replaced or removed.
+//
+// State files (package statedir):
+//   - declaration.json, declaration.log: the declaration last applied,
+//     whole, and the deltas since.
+//   - roster.json, roster.json.log: the embedded resolver's saved roster.
+//   - resolver: where the agent's resolver is (embedded, or unix:PATH).
+//   - roster-held, roster-accept: the roster hold, and the operator's accept.
+//   - approved, frozen: the operator's approval, and the freeze.
+//   - status.json: what the last pass found (meshhost status, plan).
+//   - reconciler.json: the reconciler's budget and adoptions.
+//   - migrations.json (and .lock): the migration gate's state.
+//   - journal/: the journal.
+//   - push.sock: the controller's push socket, by default.
+//   - hash.key: the machine's key for the keyed hashes of values.
+//   - agent.lock: held by the running agent.
+//   - *.corrupt-*: logs set aside, damaged (statedir.Dir.SetAside).
 package agent
 
 import (
@@ -23,7 +99,6 @@ import (
 	"maps"
 	"math"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -40,7 +115,6 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/plumbing/atomicfile"
-	"github.com/meshhost/meshhost/internal/plumbing/deltalog"
 	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/internal/plumbing/syncs"
@@ -49,14 +123,15 @@ import (
 	"github.com/meshhost/meshhost/pass/rosterguard"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/spec"
-	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // Resolver is what the agent needs of the mesh's resolver: to put a roster
-// in force (Update, generation-checked), to say which one is (Roster), and
-// whether it serves one at all (Serving). An in-process *resolver.Server
-// has it; so can a client of a resolver running as its own service. Where
-// the resolver listens and whom it answers goes through the Exposer, which
+// change in force (Apply, generation-checked: a change of k names costs
+// the resolver k), to say which roster is in force (RosterContext, an
+// error when it cannot be read; Roster, nil then), and whether it serves
+// one at all (Serving). An in-process *resolver.Server has it, and so has
+// a *control.Client of a resolver running as its own service. Where the
+// resolver listens and whom it answers goes through the Exposer, which
 // takes the resolver as a migrations.Resolver.
 //
 // New records in the state directory where the resolver is: the control
@@ -64,18 +139,10 @@ import (
 // resolver saves its roster at statedir.Dir.Roster (ResolverAt,
 // ServedRoster).
 type Resolver interface {
-	Update(r *spec.Roster) error
-	Roster() *spec.Roster
-	Serving() bool
-}
-
-// DeltaResolver is a Resolver that also puts a roster delta in force,
-// generation-checked (Apply, as *resolver.Server's): a roster change of k
-// names then costs the resolver k. Without it, the agent sends Update the
-// whole roster.
-type DeltaResolver interface {
-	Resolver
 	Apply(d *spec.RosterDelta) error
+	Roster() *spec.Roster
+	RosterContext(ctx context.Context) (*spec.Roster, error)
+	Serving() bool
 }
 
 // Networks reports the runtime's networks, in migrations' terms.
@@ -104,130 +171,78 @@ type Config struct {
 	Resolver   Resolver
 	Gate       *migrations.Gate
 	Source     *declsource.Source
-	// Networks and Prober may be nil (the in-memory runtime): the gate then
-	// never opens, and every container keeps its copy.
+	// Networks lists the runtime's networks. Nil (the in-memory runtime):
+	// the gate never opens, and every container keeps its copy.
 	Networks Networks
-	// Exposer, when set with Networks, exposes the resolver on every pass
-	// on the networks with a proven strategy (Gate.Strategies), whether or
-	// not a prober can be made, and takes it back from networks gone.
+	// Exposer exposes the resolver, every pass, on the networks with a
+	// proven strategy, and takes it back from networks gone. Nil: none.
 	Exposer Exposer
-	// NewProber returns the prober for a roster zone; called once a roster
-	// with a zone is in force. Nil: never probe.
+	// NewProber returns the prober for a roster zone, once a roster with a
+	// zone is in force. Nil: never probe.
 	NewProber func(zone string) (Prober, error)
-	// Journal, when set, records each declaration applied and each pass
-	// that did something.
+	// Journal records each declaration applied and each pass that did
+	// something. Nil: none.
 	Journal *journal.Journal
-	// State is the agent's state directory: the last declaration applied
-	// and the roster generation the operator accepted are read and written
-	// there.
+	// State is the agent's state directory (glossary: state files).
 	State statedir.Dir
-	// Saved is what LoadSaved read from State, when the Source took its
-	// declaration as its initial one: the agent then goes on appending
-	// roster changes to the declaration's log where the last run left
-	// off, instead of writing the declaration whole at the first change
-	// (the cost of the roster). Nil: the first change is saved whole. The
-	// declaration the Source starts with is never written again: on a
-	// full disk that write would fail every pass.
+	// Saved is what LoadSaved read from State when the Source took it as
+	// its initial declaration: saving goes on appending where the last run
+	// left off. Nil: the first change is saved whole.
 	Saved *Saved
 	// Interval between periodic passes. Default 30s.
 	Interval time.Duration
-	Guard    rosterguard.Policy
-	// HoldAbove holds a declaration whose plan would replace more than this
-	// many containers until the operator approves it (meshhost approve);
-	// 0 never holds. The agent command's --hold-above (DefaultHoldAbove).
+	// Guard is the roster guard's policy (glossary: roster hold).
+	Guard rosterguard.Policy
+	// HoldAbove is the blast-radius hold's threshold: containers a plan
+	// may replace and remove without the operator's approval; 0 never
+	// holds (glossary: blast-radius hold).
 	HoldAbove int
-	// AfterPass, when set, runs after every pass with its report (the agent
-	// command persists the reconciler's budget and adoptions there).
+	// AfterPass runs after every pass with its report. Nil: none.
 	AfterPass func(*Report)
-	// SourceHealth, when set, says why the declaration source is not
-	// healthy (a NATS server cut off longer than the source's patience),
-	// or nil; Health reports it. The roster in force keeps serving.
+	// SourceHealth says why the declaration source is not healthy, or nil;
+	// Readiness reports it. Nil: always healthy.
 	SourceHealth func() error
 	Logger       *slog.Logger
 	// Registerer receives the agent's metrics. Nil registers none.
 	Registerer prometheus.Registerer
-
 	// ResolverAlive reports, without blocking, whether the resolver
-	// answers (control.Client.Alive, for a resolver of its own). Nil: it
-	// runs in this process, and answers while the process does.
+	// answers. Nil: it runs in this process.
 	ResolverAlive func() error
 	// Asserted runs once, after the first pass that exposed the resolver
-	// on every network the gate has proven, without an error: a resolver
-	// that outlived the previous agent then drops what that agent had
-	// exposed and this one did not (control.Client.Settle). Until then it
-	// keeps serving all of it.
+	// on every proven network without an error (control.Client.Settle).
+	// Nil: none.
 	Asserted func() error
-	// RetryMin is the wait before the pass after a failed one; it doubles
-	// with each failure in a row, up to Interval. Default 1s.
+	// RetryMin is the wait before the pass after a failed one, doubling
+	// with each failure in a row up to Interval. Default 1s.
 	RetryMin time.Duration
 }
 
-// Agent runs passes. Its methods are safe for concurrent use.
+// Agent runs passes. Its methods are safe for concurrent use. Each part
+// owns its lock: the saver and the roster in force their own, mu the
+// rest.
 type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	status  atomic.Pointer[status] // the last pass's, read without waiting for a pass
+	passes  atomic.Uint64          // passes begun: the last one's number (the pass log field)
+	saver   *declSaver             // the declaration saved (declsave.go)
+	roster  *rosterInForce         // the roster in force (inforce.go)
 
-	// status is what the last pass published, for Health and LastReport,
-	// which never wait for a pass in progress.
-	status atomic.Pointer[status]
-
-	// mu serializes passes, and guards the fields below: a pass holds it
-	// from start to end, so only functions named ...Locked touch them.
+	// mu serializes passes and guards the fields below (functions named
+	// ...Locked).
 	mu         sync.Mutex
-	passes     atomic.Uint64 // passes begun: the last one's number (the pass log field)
 	prober     Prober
-	proberErr  error      // why no prober could be made; logged when it changes
-	applied    uint64     // declaration generation last recorded in the journal
-	journalSeq uint64     // the Source's Change last recorded in the journal
-	renders    pass.Cache // one pass's renderings, for the next
-
-	// saveMu guards the saved declaration and the fields below: a pass
-	// and Run's roster loop both save what the Source took before
-	// anything acts on it.
-	saveMu   sync.Mutex
-	savedSeq uint64 // the Source's Change last saved in State
-	savedGen uint64 // the declaration generation last saved (the log's last key)
-	baseGen  uint64 // the generation of declaration.json
-	// rosterBehind: a roster that moved without its declaration was not
-	// saved (the log keys deltas by declaration generation), so the next
-	// delta does not follow on from what is saved: it is saved whole.
-	rosterBehind bool
-	// declStore saves the declaration: declaration.json and the log of
-	// deltas beside it. Opened at the first save, which writes it whole.
-	declStore *deltalog.Store
-
-	// rosterMu guards the roster in force and the fields below. A pass
-	// holds it to put the declared roster in force (step 1) and while it
-	// renders with it; Run's roster loop holds it to put a roster change
-	// in force as soon as it arrives, without waiting for a pass.
-	rosterMu   sync.Mutex
-	heldRoster error // why the declared roster is held, or nil
-	rosterHold rosterHoldRecord
-	// inForce is the roster the resolver serves, the agent's own: a roster
-	// change is applied to it in place. Nil until the first pass (and
-	// after the resolver refused a change: read again from it).
-	inForce *spec.Roster
-	// pending is the change from inForce to the declared roster, as of the
-	// Source's Change declSeq; nil when they are the same. A change the
-	// guard holds, or an older roster, stays pending.
-	pending     *spec.RosterDelta
-	declSeq     uint64
-	synced      bool   // pending and declSeq follow the Source
-	olderLogged uint64 // an older declared roster generation already warned about
-	// unsaved is why the roster loop's last change is served but not
-	// saved; the next pass reports it.
-	unsaved error
-	// exposeErrs says, by network, why the resolver could not be exposed
-	// on it; logged when it changes.
-	exposeErrs map[string]string
-	asserted   bool // Config.Asserted ran
-	// hold is the last pass's blast-radius hold (nil: none); frozen whether
-	// the last pass found the machine frozen. Logged when they change.
-	hold   *pass.Hold
-	frozen bool
+	proberErr  error             // why no prober could be made, as last logged
+	applied    uint64            // journal cursor: the declaration generation last journalled
+	journalSeq uint64            // journal cursor: the Source's Change last journalled
+	renders    pass.Cache        // the last pass's renderings
+	exposeErrs map[string]string // why the resolver is not exposed, by network, as last logged
+	asserted   bool              // Config.Asserted ran
+	hold       *pass.Hold        // the last pass's blast-radius hold, nil for none
+	frozen     bool              // the last pass found the machine frozen
 	// statusWritten is what status.json holds (nil: not read yet);
-	// statusErr why it could not be written last, logged when it changes.
+	// statusErr why it could not be written last, as logged.
 	statusWritten []byte
 	statusErr     string
 }
@@ -283,72 +298,12 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), metrics: m,
+		saver: &declSaver{state: cfg.State, source: cfg.Source, saved: cfg.Saved}}
+	a.roster = &rosterInForce{resolver: cfg.Resolver, source: cfg.Source, guard: cfg.Guard, state: cfg.State, log: a.log, heldGauge: m.rosterHeld}
 	a.status.Store(&status{})
 	a.recordResolverAt()
 	return a, nil
-}
-
-// LoadDeclaration returns the declaration saved by the last run, or nil:
-// the one written whole, changed by the deltas logged after it, in order.
-// A delta that cannot be read or applied (a bug, or a disk that lost
-// data) ends the log: the declaration is the one before it, and the agent
-// writes the declaration whole at its next change.
-func LoadDeclaration(dir statedir.Dir) (*spec.Declaration, error) {
-	sv, err := LoadSaved(dir)
-	if sv == nil || err != nil {
-		return nil, err
-	}
-	return sv.Declaration, nil
-}
-
-// Saved is the declaration the last run saved, and how it is saved
-// (Config.Saved).
-type Saved struct {
-	Declaration *spec.Declaration
-	baseGen     uint64 // of declaration.json
-	baseSize    int64
-	broken      bool // the log did not all apply: the next save is whole
-}
-
-// LoadSaved is LoadDeclaration, with what the agent needs to go on saving
-// where the last run left off; nil when nothing was saved.
-func LoadSaved(dir statedir.Dir) (*Saved, error) {
-	data, records, err := deltalog.ReadStore(dir.Declaration(), dir.DeclarationLog())
-	if errors.Is(err, os.ErrNotExist) && data == nil {
-		return nil, nil
-	}
-	if data == nil {
-		return nil, fmt.Errorf("reading the saved declaration: %w", err)
-	}
-	d, err := specjson.ParseDeclaration(data)
-	if err != nil {
-		return nil, fmt.Errorf("the saved declaration %s: %w", dir.Declaration(), err)
-	}
-	sv := &Saved{Declaration: d, baseGen: d.Generation, baseSize: int64(len(data))}
-	// A log damaged before its last record: the records before the damage
-	// are served, the next save writes the declaration whole, and the log
-	// is set aside before it is written (deltalog.Open says so).
-	var corrupt *deltalog.CorruptError
-	sv.broken = errors.As(err, &corrupt)
-	for _, rec := range records {
-		if rec.Key <= d.Generation {
-			continue // written whole since
-		}
-		dd, err := specjson.ParseDeclarationDelta(rec.Payload)
-		if err == nil && (dd.Generation != rec.Key || dd.Machine != d.Machine) {
-			err = errors.New("not this log's")
-		}
-		if err == nil {
-			_, err = d.Roster.Apply(dd.Roster)
-		}
-		if err != nil {
-			sv.broken = true
-			break
-		}
-		d.Generation = dd.Generation
-	}
-	return sv, nil
 }
 
 // Run passes on every declaration change and every Interval until ctx
@@ -428,16 +383,10 @@ func (a *Agent) rosterNow() (err error) {
 		return nil
 	}
 	// Saved first, as in a pass: what cannot be saved is not acted on.
-	if err := a.saveDeclaration(head); err != nil {
+	if err := a.saver.save(head); err != nil {
 		return err
 	}
-	a.rosterMu.Lock()
-	defer a.rosterMu.Unlock()
-	_, unsaved, err := a.rosterInForceLocked(context.Background(), head)
-	if unsaved != nil {
-		a.unsaved = unsaved
-	}
-	return err
+	return a.roster.now(head)
 }
 
 // Pass runs one pass now.
@@ -464,12 +413,12 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		}
 		a.endPassLocked(start, rep, err)
 	}()
-	a.readInForceOnce(ctx)
+	a.roster.readOnce(ctx)
 	head, ok := a.cfg.Source.Head()
 	if !ok {
 		return nil, nil // nothing declared yet: serve the saved roster, touch nothing
 	}
-	decl := head.Declaration // without its roster's names: the roster is inForce
+	decl := head.Declaration // without its roster's names: the roster is a.roster's
 	rep = &Report{Generation: decl.Generation, Modes: map[string]string{}}
 	ctx = logging.WithAttrs(ctx, "declaration_generation", decl.Generation)
 
@@ -477,17 +426,16 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	// an agent killed mid-pass resumes toward it, not toward an older one
 	// (which would remove the containers the newer one added), and one
 	// that cannot be saved (a full disk) changes nothing, DNS included.
-	if err := a.saveDeclaration(head); err != nil {
+	if err := a.saver.save(head); err != nil {
 		return rep, err
 	}
 
 	// 1. The roster reaches the resolver first; no container is touched.
-	roster, unsaved, err := a.putRoster(ctx, head, rep)
+	zones, unsaved, err := a.roster.put(ctx, head, rep)
 	if err != nil {
 		return rep, err
 	}
-	zones := roster.Zones
-	ctx = logging.WithAttrs(ctx, "roster_generation", roster.Generation)
+	ctx = logging.WithAttrs(ctx, "roster_generation", rep.RosterGeneration)
 
 	// 2. The gate: the declaration's flag and the networks its containers
 	// use (under auto, only those hold the switch back; every network
@@ -507,12 +455,12 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 
 	// 3. What the pass does (package pass, as `meshhost plan` computes
 	// it), then doing it.
-	// Copy-mode containers are rendered with the roster in force at that
-	// moment (the roster loop may have moved it on since step 1, in
-	// place): Compute holds the roster lock while it reads it, and only
-	// then, so a roster change never waits for a pass in resolve mode.
+	// Copy-mode containers are rendered with a snapshot of the roster in
+	// force, taken when the first of them is rendered (the roster loop may
+	// have moved it on since step 1, in place); resolve mode reads none,
+	// so a roster change never waits for a pass.
 	c, err := pass.Compute(ctx, pass.Input{
-		Declaration: decl, Roster: roster, RosterLock: &a.rosterMu, Gate: a.cfg.Gate, Observed: observed, Planner: a.cfg.Reconciler,
+		Declaration: decl, Snapshot: a.roster.snapshot, Gate: a.cfg.Gate, Observed: observed, Planner: a.cfg.Reconciler,
 		Cache: &a.renders, HoldAbove: a.cfg.HoldAbove, Approved: func() uint64 { return ApprovedDeclaration(a.cfg.State) },
 	})
 	if err != nil {
@@ -542,7 +490,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	// 4. Remember what was applied.
 	a.recordDeclarationLocked(ctx, head)
 	a.metrics.declaration.Set(float64(decl.Generation))
-	return rep, errors.Join(unsaved, res.Err(), a.compactDeclaration())
+	return rep, errors.Join(unsaved, res.Err(), a.saver.compact())
 }
 
 // endPassLocked records the end of a pass that began at start: its
@@ -566,41 +514,6 @@ func (a *Agent) endPassLocked(start time.Time, rep *Report, err error) {
 	// the same verdict as Health's.
 	a.metrics.pass(st.err, time.Since(start), time.Now())
 	a.status.Store(st)
-}
-
-// readInForceOnce reads, once after a start, the saved roster the
-// resolver serves. It is asked before there is a declaration too, so
-// that the Source refuses a first one whose roster is older, or reuses
-// its generation with other names. A resolver that does not answer yet
-// is asked again where the roster is needed (putRoster).
-func (a *Agent) readInForceOnce(ctx context.Context) {
-	a.rosterMu.Lock()
-	defer a.rosterMu.Unlock()
-	if a.inForce != nil {
-		return
-	}
-	if err := a.readInForceLocked(ctx); err != nil {
-		a.log.WarnContext(ctx, "the roster in force is unknown until the resolver answers", "err", err)
-	}
-}
-
-// putRoster is a pass's step 1: the roster in force for head reaches the
-// resolver (rosterInForceLocked), and rep says which it is and whether a
-// change is held. unsaved is what could not be saved of it, the earlier
-// passes' included.
-func (a *Agent) putRoster(ctx context.Context, head declsource.Head, rep *Report) (roster *spec.Roster, unsaved, err error) {
-	a.rosterMu.Lock()
-	defer a.rosterMu.Unlock()
-	roster, unsaved, err = a.rosterInForceLocked(ctx, head)
-	unsaved, a.unsaved = errors.Join(unsaved, a.unsaved), nil
-	if err != nil {
-		return nil, unsaved, err
-	}
-	rep.RosterGeneration = roster.Generation
-	if a.heldRoster != nil {
-		rep.RosterHeld = a.heldRoster.Error()
-	}
-	return roster, unsaved, nil
 }
 
 // recovered logs and counts a panic the agent recovered from in what, and
@@ -663,7 +576,7 @@ func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Hea
 // journalled as not known).
 func (a *Agent) recordRostersLocked(ctx context.Context, head declsource.Head) ([]declsource.Change, bool) {
 	syncs.AssertLocked(&a.mu)
-	changes, ok := a.changesThrough(a.journalSeq, head)
+	changes, ok := changesThrough(a.cfg.Source, a.journalSeq, head)
 	if a.cfg.Journal == nil {
 		return changes, ok
 	}
@@ -707,11 +620,11 @@ func (a *Agent) recordRostersLocked(ctx context.Context, head declsource.Head) (
 // changesThrough returns the Source's Changes after seq, up to the one
 // head includes (a later one is the next pass's), and false when the
 // Source no longer has them all.
-func (a *Agent) changesThrough(seq uint64, head declsource.Head) ([]declsource.Change, bool) {
+func changesThrough(src *declsource.Source, seq uint64, head declsource.Head) ([]declsource.Change, bool) {
 	if seq > head.Seq {
 		return nil, false
 	}
-	changes, ok := a.cfg.Source.ChangesSince(seq)
+	changes, ok := src.ChangesSince(seq)
 	for len(changes) > 0 && changes[len(changes)-1].Seq > head.Seq {
 		changes = changes[:len(changes)-1]
 	}
@@ -735,193 +648,6 @@ func compose(changes []declsource.Change) (do, undo *spec.RosterDelta, err error
 	}
 	return do, undo, nil
 }
-
-// rosterInForceLocked updates the resolver with the change declared since
-// the roster in force, unless the guard holds it (pass.RosterChange
-// decides), and returns the roster containers are rendered with: the one
-// the resolver serves. It costs what changed: the change goes to the
-// resolver as a delta, and is applied to the agent's own roster in place.
-// unsaved is set when that roster is served but the resolver could not
-// save it: the pass goes on, and fails at its end.
-func (a *Agent) rosterInForceLocked(ctx context.Context, head declsource.Head) (_ *spec.Roster, unsaved, err error) {
-	syncs.AssertLocked(&a.rosterMu)
-	if a.inForce == nil {
-		// Once, after a start (or after the resolver refused a change):
-		// the roster the resolver serves. Kept from then on, and changed
-		// in place, since rebuilding it from the resolver's table costs a
-		// pass as much as the rest for a large roster.
-		if err := a.readInForceLocked(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := a.syncDeclaredLocked(head); err != nil {
-		return nil, nil, err
-	}
-	held := a.heldRoster
-	a.heldRoster = nil
-	a.metrics.rosterHeld.Set(0)
-	c := pass.RosterChange(a.inForce, a.pending, a.cfg.Guard, a.accepted)
-	switch {
-	case c.Older:
-		a.recordRosterHoldLocked(nil)
-		if a.olderLogged != a.pending.To {
-			// Generations never go backwards: keep serving the newer one.
-			a.log.WarnContext(ctx, "declared roster is older than the one served; keeping the newer", "roster_generation", a.pending.To, "served_roster_generation", a.inForce.Generation)
-			a.olderLogged = a.pending.To
-		}
-		return a.inForce, nil, nil
-	case c.Held != nil:
-		a.heldRoster = c.Held
-		a.metrics.rosterHeld.Set(1)
-		var served uint64
-		if a.inForce != nil {
-			served = a.inForce.Generation
-		}
-		a.recordRosterHoldLocked(&RosterHold{Served: served, Newest: a.pending.To})
-		if held == nil || held.Error() != c.Held.Error() { // loud once; the metric stays
-			// The guard doing its job, waiting for meshhost roster
-			// accept: a warning, as a held declaration is.
-			a.log.WarnContext(ctx, "roster held", "roster_generation", a.pending.To, "err", c.Held)
-		}
-		return a.inForce, nil, nil
-	case !c.Update:
-		a.recordRosterHoldLocked(nil)
-		return a.inForce, nil, nil
-	case c.Accepted:
-		a.log.WarnContext(ctx, "roster shrink accepted by the operator", "roster_generation", a.pending.To)
-	}
-	a.recordRosterHoldLocked(nil)
-	return a.putInForceLocked(ctx, a.pending)
-}
-
-// syncDeclaredLocked brings pending up to the Source's latest Change: the
-// changes since declSeq, composed (what changed), or, when the Source no
-// longer has them (or after a start), the whole declared roster compared
-// with the one in force.
-func (a *Agent) syncDeclaredLocked(head declsource.Head) error {
-	syncs.AssertLocked(&a.rosterMu)
-	if a.synced {
-		if changes, ok := a.changesThrough(a.declSeq, head); ok {
-			for _, c := range changes {
-				next := c.Roster
-				if a.pending != nil {
-					var err error
-					if next, err = a.pending.Then(c.Roster); err != nil {
-						a.synced = false
-						return a.syncDeclaredLocked(head)
-					}
-				}
-				a.pending, a.declSeq = next, c.Seq
-			}
-			return nil
-		}
-	}
-	a.synced = true
-	if a.inForce != nil && head.Seq == 0 && a.inForce.Generation == head.Declaration.Roster.Generation {
-		// After a start: the declaration saved and the roster the resolver
-		// saved are of one generation, so they are one roster.
-		a.pending, a.declSeq = nil, head.Seq
-		return nil
-	}
-	declared, seq := a.cfg.Source.Roster()
-	a.pending, a.declSeq = nil, seq
-	if declared != nil && (a.inForce == nil || declared.Generation != a.inForce.Generation) {
-		a.pending, _ = spec.DiffRosters(a.inForce, declared)
-	}
-	return nil
-}
-
-// putInForceLocked gives the resolver the change d from the roster in
-// force, and applies it to the agent's roster.
-func (a *Agent) putInForceLocked(ctx context.Context, d *spec.RosterDelta) (_ *spec.Roster, unsaved, err error) {
-	syncs.AssertLocked(&a.rosterMu)
-	if dr, ok := a.cfg.Resolver.(DeltaResolver); ok {
-		err = dr.Apply(d)
-	} else {
-		next := &spec.Roster{Names: map[string][]netip.Addr{}}
-		if a.inForce != nil {
-			next.Generation, next.Zones = a.inForce.Generation, a.inForce.Zones
-			maps.Copy(next.Names, a.inForce.Names)
-		}
-		if _, err = next.Apply(d); err == nil {
-			err = a.cfg.Resolver.Update(next)
-		}
-	}
-	if err != nil {
-		err = fmt.Errorf("updating the resolver to roster generation %d: %w", d.To, err)
-		// The resolver serves a roster it could not save (a full disk)
-		// rather than none: it is in force, and the next pass must not
-		// offer it again (the resolver would refuse it as not newer, and
-		// every pass after would fail). This pass goes on with it, and
-		// reports the error at its end.
-		served := a.cfg.Resolver.Roster() // costly, but only on this error
-		a.synced = false                  // compare the declared roster with it again
-		if served == nil || served.Generation < d.To {
-			if errors.Is(err, spec.ErrDeltaBase) {
-				a.inForce = nil // someone else changed the resolver's roster: read it again
-			}
-			return nil, nil, err
-		}
-		a.setInForceLocked(served)
-		a.log.ErrorContext(ctx, "roster in force but not saved: after a restart the resolver serves the roster it saved before, until the first pass", "roster_generation", served.Generation, "err", err)
-		return served, err, nil
-	}
-	if a.inForce == nil {
-		a.inForce = &spec.Roster{Names: map[string][]netip.Addr{}}
-	}
-	if _, err := a.inForce.Apply(d); err != nil {
-		a.inForce = nil // cannot happen: d is from inForce's generation; read it again
-		return nil, nil, err
-	}
-	a.pending = nil
-	a.setInForceLocked(a.inForce)
-	a.log.InfoContext(ctx, "roster in force", "roster_generation", d.To, "names", len(a.inForce.Names), "changed", d.Len())
-	return a.inForce, nil, nil
-}
-
-// setInForceLocked records r as the roster the resolver serves, and tells
-// the Source, which refuses a declaration whose roster contradicts it.
-func (a *Agent) setInForceLocked(r *spec.Roster) {
-	syncs.AssertLocked(&a.rosterMu)
-	a.inForce = r
-	var gen uint64
-	if r != nil {
-		gen = r.Generation
-	}
-	a.cfg.Source.SetServed(gen, a.cfg.Resolver.Roster)
-}
-
-// readInForceLocked reads the roster in force from the resolver (costly:
-// after a start, or after the resolver refused a change).
-//
-// A resolver in another process that does not answer leaves the roster in
-// force unknown (nil, and an error), not empty: compared with an empty
-// roster, a declared one that drops names would pass the roster guard,
-// and reach the resolver as a whole roster once it answers again.
-func (a *Agent) readInForceLocked(ctx context.Context) error {
-	syncs.AssertLocked(&a.rosterMu)
-	a.synced = false
-	if r, ok := a.cfg.Resolver.(rosterReader); ok {
-		served, err := r.RosterContext(ctx)
-		if err != nil {
-			a.setInForceLocked(nil)
-			return fmt.Errorf("reading the roster the resolver serves: %w", err)
-		}
-		a.setInForceLocked(served)
-		return nil
-	}
-	a.setInForceLocked(a.cfg.Resolver.Roster())
-	return nil
-}
-
-// rosterReader is a Resolver that can fail to say what it serves (the
-// resolver service, over its control socket), where Roster would answer
-// nil, which means "nothing yet".
-type rosterReader interface {
-	RosterContext(ctx context.Context) (*spec.Roster, error)
-}
-
-func (a *Agent) accepted() uint64 { return AcceptedRoster(a.cfg.State) }
 
 // AcceptedRoster returns the roster generation the operator let shrink past
 // the guard (AcceptRoster), 0 when none.
@@ -1064,134 +790,6 @@ func (a *Agent) ensureProberLocked(zones []string) error {
 		return err
 	}
 	a.prober = p
-	return nil
-}
-
-// saveDeclaration saves the declarations the Source took since the last
-// one saved, up to head: a whole declaration as the document received,
-// and the deltas after it by appending them to the declaration's log
-// (what changed, not the roster).
-func (a *Agent) saveDeclaration(head declsource.Head) error {
-	a.saveMu.Lock()
-	defer a.saveMu.Unlock()
-	if head.Seq <= a.savedSeq {
-		return nil
-	}
-	changes, ok := a.changesThrough(a.savedSeq, head)
-	whole := -1 // the last whole declaration among them
-	for i, c := range changes {
-		if c.Whole {
-			whole = i
-		}
-	}
-	if a.declStore == nil {
-		gen, size, whole := uint64(0), int64(0), true
-		if sv := a.cfg.Saved; sv != nil {
-			gen, size, whole = sv.baseGen, sv.baseSize, sv.broken
-		}
-		st, err := deltalog.OpenStore(a.cfg.State.Declaration(), a.cfg.State.DeclarationLog(), gen, size, whole)
-		if err != nil {
-			return fmt.Errorf("saving the applied declaration: %w", err)
-		}
-		a.declStore = st
-		if sv := a.cfg.Saved; sv != nil {
-			a.savedGen, a.baseGen = sv.Declaration.Generation, sv.baseGen
-		}
-	}
-	err := func() error {
-		if !ok {
-			return a.saveWholeLocked()
-		}
-		if whole >= 0 {
-			// The document as received: a 100,000-name roster costs far
-			// more to marshal again, and what was parsed once parses
-			// again the same way.
-			data, gen := a.cfg.Source.Document()
-			if gen != changes[whole].Generation {
-				return a.saveWholeLocked()
-			}
-			if err := a.declStore.WriteBase(gen, data); err != nil {
-				return err
-			}
-			a.wroteBaseLocked(gen)
-			changes = changes[whole+1:]
-		}
-		for _, c := range changes {
-			if c.Generation <= a.savedGen {
-				// A roster that moved without its declaration (a NATS
-				// roster commit): the log keys deltas by declaration
-				// generation, and declaration.json keeps this
-				// generation's roster as first saved until the next
-				// generation is saved whole. The roster source has it.
-				a.rosterBehind = true
-				continue
-			}
-			if a.rosterBehind {
-				return a.saveWholeLocked()
-			}
-			payload, err := (&spec.DeclarationDelta{Schema: spec.SchemaVersion, Machine: head.Declaration.Machine, Generation: c.Generation, Roster: c.Roster}).MarshalJSON()
-			if err == nil {
-				err = a.declStore.Append(c.Generation, payload)
-			}
-			if errors.Is(err, deltalog.ErrWhole) {
-				return a.saveWholeLocked()
-			}
-			if err != nil {
-				return err
-			}
-			a.savedGen = c.Generation
-		}
-		a.savedSeq = head.Seq
-		return nil
-	}()
-	if err != nil {
-		return fmt.Errorf("saving the applied declaration: %w", err)
-	}
-	return nil
-}
-
-// saveWholeLocked writes the declaration in force whole (its roster
-// marshalled again: the cost of the roster).
-func (a *Agent) saveWholeLocked() error {
-	syncs.AssertLocked(&a.saveMu)
-	d, seq := a.cfg.Source.Snapshot()
-	data, err := d.MarshalJSON()
-	if err != nil {
-		return err
-	}
-	if err := a.declStore.WriteBase(d.Generation, data); err != nil {
-		return err
-	}
-	a.wroteBaseLocked(d.Generation)
-	a.savedSeq = seq
-	return nil
-}
-
-// wroteBaseLocked notes declaration.json written at generation gen, with
-// the roster in force. WriteBase writes no generation at or below the
-// base's (but after a failed append): the roster in force may then not be
-// the one saved, so the next delta is saved whole.
-func (a *Agent) wroteBaseLocked(gen uint64) {
-	syncs.AssertLocked(&a.saveMu)
-	if gen <= a.baseGen {
-		a.rosterBehind = true
-		return
-	}
-	a.baseGen, a.savedGen, a.rosterBehind = gen, max(a.savedGen, gen), false
-}
-
-// compactDeclaration writes the declaration whole once the log of deltas
-// beside it has outgrown half of it: a cost of the roster's size, once per
-// that many changed names.
-func (a *Agent) compactDeclaration() error {
-	a.saveMu.Lock()
-	defer a.saveMu.Unlock()
-	if a.declStore == nil || !a.declStore.Due() {
-		return nil
-	}
-	if err := a.saveWholeLocked(); err != nil {
-		return fmt.Errorf("folding the declaration's log into it: %w", err)
-	}
 	return nil
 }
 

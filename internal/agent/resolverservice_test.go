@@ -20,8 +20,11 @@ import (
 	"github.com/meshhost/meshhost/spec"
 )
 
-// The resolver service's client puts roster changes as deltas.
-var _ DeltaResolver = (*control.Client)(nil)
+// Both resolvers are what the agent feeds.
+var (
+	_ Resolver = (*control.Client)(nil)
+	_ Resolver = (*resolver.Server)(nil)
+)
 
 // controlService serves a resolver's control protocol on a unix socket,
 // as meshhost-resolver does, and records the requests' methods and paths.
@@ -163,19 +166,27 @@ func TestDeltasReachTheResolverService(t *testing.T) {
 	}
 }
 
-// wholeResolver is a resolver without Apply: the agent sends it whole
-// rosters (Update), as it sent control.Client's before the client took
-// deltas.
-type wholeResolver struct{ Resolver }
+// wholeResolver is control.Client sending whole rosters (Update), as the
+// agent did before the client took deltas: its Apply reads the roster
+// served, changes it by the delta and PUTs all of it.
+type wholeResolver struct{ *control.Client }
+
+func (w wholeResolver) Apply(d *spec.RosterDelta) error {
+	r, err := w.RosterContext(context.Background())
+	if err != nil {
+		return err
+	}
+	return applyWhole(r, d, w.Update)
+}
 
 // BenchmarkRosterPushService100k times what a roster change of one name
 // costs, at 100,000 names and 2 containers, with the resolver a service
 // of its own behind its control socket (in this process): the
 // declaration delta offered, and the pass that puts it in force and saves
 // it (agent, resolver, journal). "delta" is control.Client (PATCH, the
-// one name); "whole" the same client without Apply, as before (the agent
-// copies its roster, changes it and PUTs all of it; the resolver parses
-// and diffs it). cpu-µs/op is the process's CPU: agent and resolver.
+// one name); "whole" the same client sending whole rosters (wholeResolver:
+// it reads the roster served, changes it and PUTs all of it; the resolver
+// parses and diffs it). cpu-µs/op is the process's CPU: agent and resolver.
 func BenchmarkRosterPushService100k(b *testing.B) {
 	ctx := context.Background()
 	for _, kind := range []string{"delta", "whole"} {
@@ -191,7 +202,7 @@ func BenchmarkRosterPushService100k(b *testing.B) {
 				svc.serve(b, sock, c.Resolver.(*resolver.Server))
 				c.Resolver = control.NewClient(control.ClientConfig{Path: sock, Timeout: 10 * time.Second})
 				if kind == "whole" {
-					c.Resolver = wholeResolver{c.Resolver}
+					c.Resolver = wholeResolver{c.Resolver.(*control.Client)}
 				}
 			})
 			f.push(b, declaration(1, spec.FlagOn, 2, 100000))

@@ -9,7 +9,6 @@ import (
 
 	"github.com/meshhost/meshhost/internal/admit"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
-	"github.com/meshhost/meshhost/internal/plumbing/syncs"
 )
 
 // RosterHold is what the roster guard holds, as the agent records it in
@@ -24,43 +23,11 @@ type RosterHold struct {
 }
 
 // rosterHoldRecord keeps the roster-held file in step with the guard. Its
-// fields are guarded by the Agent's rosterMu.
+// fields are guarded by rosterInForce's mu.
 type rosterHoldRecord struct {
 	known   bool        // written is what the file holds (read once after a start)
 	written *RosterHold // nil: no file
 	errLog  string      // the last write error logged
-}
-
-// recordRosterHoldLocked writes h (nil: no hold) when it differs from the
-// file; a.rosterMu must be held. A failure is logged when it changes: the file informs the
-// operator's command, the guard decides from the roster itself.
-func (a *Agent) recordRosterHoldLocked(h *RosterHold) {
-	syncs.AssertLocked(&a.rosterMu)
-	r := &a.rosterHold
-	if !r.known {
-		r.written, _ = LoadRosterHold(a.cfg.State)
-		r.known = true
-	}
-	if (h == nil && r.written == nil) || (h != nil && r.written != nil && *h == *r.written) {
-		return
-	}
-	var err error
-	if h == nil {
-		if err = os.Remove(a.cfg.State.RosterHeld()); errors.Is(err, os.ErrNotExist) {
-			err = nil
-		}
-	} else {
-		data, _ := json.Marshal(h)
-		err = writeAtomic(a.cfg.State.RosterHeld(), append(data, '\n'))
-	}
-	if err != nil {
-		if err.Error() != r.errLog {
-			a.log.Warn("recording the held roster for meshhost roster accept", "err", err)
-		}
-		r.errLog = err.Error()
-		return
-	}
-	r.written, r.errLog = h, ""
 }
 
 // LoadRosterHold returns the roster the agent holds, nil when none.

@@ -36,15 +36,34 @@ func (u *unreadable) RosterContext(context.Context) (*spec.Roster, error) {
 	return u.Server.Roster(), nil
 }
 
-// unreadableWhole is unreadable without Apply: a resolver the agent sends
-// whole rosters (Update), as one older than deltas.
+// unreadableWhole is unreadable taking whole rosters only, as a resolver
+// older than deltas: its Apply reads the roster it serves, changes it by
+// the delta and puts it whole (Update), as control.Client does for such a
+// resolver.
 type unreadableWhole struct{ u *unreadable }
 
-func (w unreadableWhole) Update(r *spec.Roster) error { return w.u.Update(r) }
-func (w unreadableWhole) Roster() *spec.Roster        { return w.u.Roster() }
-func (w unreadableWhole) Serving() bool               { return w.u.Serving() }
+func (w unreadableWhole) Apply(d *spec.RosterDelta) error {
+	r, err := w.u.RosterContext(context.Background())
+	if err != nil {
+		return err
+	}
+	return applyWhole(r, d, w.u.Update)
+}
+func (w unreadableWhole) Roster() *spec.Roster { return w.u.Roster() }
+func (w unreadableWhole) Serving() bool        { return w.u.Serving() }
 func (w unreadableWhole) RosterContext(ctx context.Context) (*spec.Roster, error) {
 	return w.u.RosterContext(ctx)
+}
+
+// applyWhole puts served (nil: none) changed by d with update.
+func applyWhole(served *spec.Roster, d *spec.RosterDelta, update func(*spec.Roster) error) error {
+	if served == nil {
+		served = &spec.Roster{Names: map[string][]netip.Addr{}}
+	}
+	if _, err := served.Apply(d); err != nil {
+		return err
+	}
+	return update(served)
 }
 
 // TestUnreadableResolverKeepsTheGuard: an agent that starts while its

@@ -76,6 +76,7 @@ type Source struct {
 	raw     []byte       // the last whole document taken; nil for none (or the initial one)
 	rawGen  uint64       // its generation
 	origin  string       // where current came from: a path, or "push"
+	names   int          // the names of current's roster (Head's, read without changeMu)
 	seq     uint64       // declarations taken since New; the initial one is 0
 	served  admit.Served // the roster the resolver serves (SetServed)
 	// changes are the last declarations taken, oldest first: at most
@@ -153,8 +154,12 @@ func New(cfg Config) *Source {
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(refused)
 	}
-	return &Source{logger: logger.With("component", "declsource"), machine: cfg.Machine, reader: cfg.Reader,
+	s := &Source{logger: logger.With("component", "declsource"), machine: cfg.Machine, reader: cfg.Reader,
 		changed: make(chan struct{}, 1), refused: refused, current: initial}
+	if initial != nil {
+		s.names = len(initial.Roster.Names)
+	}
+	return s
 }
 
 // SetServed tells the Source which roster generation the resolver serves,
@@ -238,7 +243,7 @@ func (s *Source) Head() (Head, bool) {
 	if s.current == nil {
 		return Head{}, false
 	}
-	return Head{Declaration: headOf(s.current), Names: len(s.current.Roster.Names), Origin: s.origin, Seq: s.seq}, true
+	return Head{Declaration: headOf(s.current), Names: s.names, Origin: s.origin, Seq: s.seq}, true
 }
 
 // headOf is d without its roster's names.
@@ -278,6 +283,7 @@ func (s *Source) recordLocked(next *spec.Declaration, origin string, c Change) {
 	s.seq++
 	c.Seq = s.seq
 	s.current, s.origin = next, origin
+	s.names = len(next.Roster.Names) // every change holds changeMu
 	s.changes = append(s.changes, c)
 	s.changeNames += c.Roster.Len() + c.Undo.Len()
 	for len(s.changes) > 1 && (len(s.changes) > maxChanges || s.changeNames > maxChangeNames) {
@@ -440,7 +446,12 @@ func (s *Source) applyDeltaLocked(cur *spec.Declaration, gen uint64, rd *spec.Ro
 	}
 	next := *cur
 	next.Generation = gen
-	undo, err := next.Roster.Apply(rd) // in place: the roster is the Source's own
+	// The names change in place (the roster is the Source's own, read
+	// under changeMu); its generation and zones in a roster of its own, as
+	// Head reads them under mu alone.
+	roster := *cur.Roster
+	next.Roster = &roster
+	undo, err := next.Roster.Apply(rd)
 	var fe *spec.FieldError
 	if errors.As(err, &fe) { // a fault of the delta (too many names): its path in the document
 		return nil, &spec.FieldError{Path: "roster_delta." + fe.Path, Reason: fe.Reason}

@@ -346,3 +346,40 @@ func TestWatchDirNameOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestHeadWhileDeltasArrive: Head, which a pass and the roster loop read
+// while deltas arrive, reads nothing a delta changes in place (run with
+// -race): each Head is of one change, its roster generation, names and
+// Seq together.
+func TestHeadWhileDeltasArrive(t *testing.T) {
+	s := New(Config{Machine: "ace"})
+	if _, err := s.Offer([]byte(doc(2, "busybox")), "test"); err != nil {
+		t.Fatal(err)
+	}
+	h0, _ := s.Head()
+	done := make(chan struct{})
+	var bad []string
+	go func() {
+		defer close(done)
+		for range 2000 {
+			h, _ := s.Head()
+			k := h.Seq - h0.Seq // deltas taken
+			if h.Declaration.Roster.Generation != h0.Declaration.Roster.Generation+k || h.Names != h0.Names+int(k) {
+				bad = append(bad, fmt.Sprintf("seq %d: roster %d with %d names", h.Seq, h.Declaration.Roster.Generation, h.Names))
+			}
+			if k == 100 {
+				return
+			}
+		}
+	}()
+	for i := range 100 {
+		g := int(h0.Declaration.Roster.Generation) + i
+		if _, err := s.Offer([]byte(deltaDoc(3+i, g, g+1, fmt.Sprintf(`"n%d.internal": ["10.1.0.%d"]`, i, i))), "push"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-done
+	if len(bad) > 0 {
+		t.Errorf("torn heads: %v", bad)
+	}
+}
