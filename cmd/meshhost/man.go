@@ -113,7 +113,8 @@ func manSections(name string) string {
 	}
 	if name == "meshhost-resolver" {
 		files = [][2]string{
-			{"/var/lib/meshhost-resolver/", "the resolver service's state (--state-dir): the last good roster and the exposure, served from its start"},
+			{"/etc/meshhost/resolver.toml", "the resolver service's configuration (resolver.toml(5)), which its unit names with --config"},
+			{"/var/lib/meshhost-resolver/", "the resolver service's state (--state): the last good roster and the exposure, served from its start"},
 			{"/run/meshhost/resolver.sock", "its control socket (--control)"},
 			{"/run/meshhost/resolver-handover.sock", "its handover socket (--handover), through which a new resolver takes the running one's sockets"},
 			{"/etc/resolv.conf", "the upstreams, when --upstream is not given (--resolv-conf)"},
@@ -153,9 +154,6 @@ func manSections(name string) string {
 			fmt.Fprintf(&b, ".TP\n.B %d\n%s\n", c.code, roffEscape(c.meaning))
 		}
 	}
-	if name == "meshhost-resolver" {
-		b.WriteString(".PP\nThe meshhost\\-resolver binary exits 2, not 64, for a usage error.\n")
-	}
 	return b.String()
 }
 
@@ -172,6 +170,7 @@ var exitCodes = []struct {
 	{exitChanges, "meshhost plan: the plan has changes", []string{"meshhost-plan"}},
 	{exitProbe, "meshhost probe, meshhost dns-check: a probe or a lookup failed", []string{"meshhost-probe", "meshhost-dns-check"}},
 	{exitUsage, "usage: a flag, an argument or a value the command does not take (sysexits' EX_USAGE)", nil},
+	{exitConfig, "the configuration (the configuration file, or a flag's value) is refused, every fault named (sysexits' EX_CONFIG); the units do not restart for it", []string{"meshhost-agent", "meshhost-config", "meshhost-resolver"}},
 }
 
 // roffEscape makes s safe as roff text: backslashes and dashes escaped, no
