@@ -82,7 +82,7 @@ type Command struct {
 // New defines the command's flags on fs.
 func New(prog string, fs *flag.FlagSet) *Command {
 	f := &resolverFlags{}
-	fs.StringVar(&f.config, "config", "", "a configuration `FILE` (TOML) whose keys are this command's flags, e.g. "+DefaultConfig+"; flags given here win over it; `config check` checks it")
+	fs.StringVar(&f.config, "config", "", "a configuration `FILE` (TOML) whose keys are this command's flags, e.g. "+DefaultConfig+"; flags given here win over it; config check checks it")
 	fs.StringVar(&f.roster, "roster", "", "roster `FILE` (JSON) to serve; reloaded on SIGHUP and when it changes")
 	fs.Var(&f.listen, "listen", "`ADDR[,ADDR...]` (ip:port) to serve over UDP and TCP; repeatable")
 	fs.Var(&f.upstreams, "upstream", "upstream `ADDR[,ADDR...]` (ip or ip:port) for names outside the roster; repeatable (default: the nameservers of --resolv-conf)")
