@@ -267,6 +267,7 @@ func cobraCommand(env *environment, c command, out *outcome) *cobra.Command {
 	fromAgent := addOperatorConfig(fs, operatorConfigKeys[c.name])
 	cc.Flags().AddGoFlagSet(fs)
 	cc.Flags().SortFlags = false
+	addValueCompletion(cc)
 	cc.RunE = func(cmd *cobra.Command, args []string) error {
 		if f := cmd.Flags().Lookup("output"); f != nil {
 			if err := checkOutput(f.Value.String()); err != nil {
