@@ -55,6 +55,7 @@ func defineAgentFlags(fs *flag.FlagSet) *agentFlags {
 	f.declaration = fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes, and read again on SIGHUP")
 	f.source = fs.String("source", "", "a NATS JetStream roster source, nats://HOST:4222 (see --nats-*): the roster and this machine's declaration are watched in its buckets")
 	f.nats = addNATSFlags(fs)
+	f.nats.addPatienceFlag(fs)
 	f.push = fs.String("push", "", "the controller's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock; \"off\" disables it)")
 	f.pushAuth.register(fs)
 	f.http = fs.String("http", "127.0.0.1:9469", "where /metrics, /livez, /readyz (and /healthz, its old name) are served, on a loopback address unless --http-remote (\"off\" disables them)")

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 )
 
@@ -71,4 +73,24 @@ func trim(s string) string {
 		return s[:300] + "..."
 	}
 	return s
+}
+
+// TestOneDefault: no flag's help shows two defaults (its text's and
+// pflag's "(default -1)" of a value that means "not given"), and publish
+// lists no flag of the agent's alone.
+func TestOneDefault(t *testing.T) {
+	root := newRoot(context.Background(), &environment{getenv: func(string) string { return "" }}, &outcome{})
+	for _, c := range root.Commands() {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			zero := f.DefValue == "" || f.DefValue == "0" || f.DefValue == "false" || f.DefValue == "[]" || f.DefValue == "0s"
+			if strings.Contains(f.Usage, "(default") && !zero {
+				t.Errorf("meshhost %s --%s: its help says a default, and pflag adds (default %s): %q", c.Name(), f.Name, f.DefValue, f.Usage)
+			}
+		})
+	}
+	for _, c := range root.Commands() {
+		if c.Name() == "publish" && c.Flags().Lookup("nats-patience") != nil {
+			t.Errorf("meshhost publish lists --nats-patience, the agent's")
+		}
+	}
 }

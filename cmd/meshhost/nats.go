@@ -38,8 +38,13 @@ func addNATSFlags(fs *flag.FlagSet) natsFlags {
 		cert:     fs.String("nats-cert", "", "client certificate `file` (PEM) for NATS servers that ask for one"),
 		key:      fs.String("nats-key", "", "the client certificate's key `file` (PEM)"),
 		prefix:   fs.String("nats-buckets", natssource.DefaultPrefix, "bucket name `prefix`: PREFIX-roster and PREFIX-machines"),
-		patience: fs.Duration("nats-patience", natssource.DefaultPatience, "how long the agent may be cut off from NATS before /healthz says so (the roster in force is served meanwhile)"),
 	}
+}
+
+// addPatienceFlag adds the agent's --nats-patience to f (publish has no
+// use for it).
+func (f *natsFlags) addPatienceFlag(fs *flag.FlagSet) {
+	f.patience = fs.Duration("nats-patience", natssource.DefaultPatience, "how long the agent may be cut off from NATS before /healthz says so (the roster in force is served meanwhile)")
 }
 
 func (f natsFlags) server(url, name string) natssource.Server {
