@@ -33,11 +33,11 @@ type natsFlags struct {
 
 func addNATSFlags(fs *flag.FlagSet) natsFlags {
 	return natsFlags{
-		creds:    fs.String("nats-creds", "", "NATS credentials `file` (user JWT and nkey seed)"),
-		ca:       fs.String("nats-ca", "", "CA `file` (PEM) that verifies the NATS server's certificate"),
-		cert:     fs.String("nats-cert", "", "client certificate `file` (PEM) for NATS servers that ask for one"),
-		key:      fs.String("nats-key", "", "the client certificate's key `file` (PEM)"),
-		prefix:   fs.String("nats-buckets", natssource.DefaultPrefix, "bucket name `prefix`: PREFIX-roster and PREFIX-machines"),
+		creds:  fs.String("nats-creds", "", "NATS credentials `file` (user JWT and nkey seed)"),
+		ca:     fs.String("nats-ca", "", "CA `file` (PEM) that verifies the NATS server's certificate"),
+		cert:   fs.String("nats-cert", "", "client certificate `file` (PEM) for NATS servers that ask for one"),
+		key:    fs.String("nats-key", "", "the client certificate's key `file` (PEM)"),
+		prefix: fs.String("nats-buckets", natssource.DefaultPrefix, "bucket name `prefix`: PREFIX-roster and PREFIX-machines"),
 	}
 }
 
