@@ -189,32 +189,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (int
 // ConfigError is every fault of a configuration, each named where its
 // value was set: the file's line for a key the file set, the flag
 // otherwise.
-type ConfigError struct{ Errs []error }
-
-func (e *ConfigError) Error() string {
-	msgs := make([]string, len(e.Errs))
-	for i, err := range e.Errs {
-		msgs[i] = err.Error()
-	}
-	return strings.Join(msgs, "\n")
-}
-
-func (e *ConfigError) Unwrap() []error { return e.Errs }
-
-// faults gathers a configuration's faults (see ConfigError).
-type faults struct {
-	path  string
-	lines map[string]int // the keys the file set, by flag name
-	errs  []error
-}
-
-func (fl *faults) add(key string, err error) {
-	if line, ok := fl.lines[key]; ok {
-		fl.errs = append(fl.errs, &flagfile.Error{Path: fl.path, Line: line, Key: key, Err: err})
-		return
-	}
-	fl.errs = append(fl.errs, fmt.Errorf("--%s: %w", key, err))
-}
+type ConfigError = flagfile.FaultsError
 
 // check reads the configuration file (--config), applies it under the
 // flags given, and checks every value: the one validation of the command,
@@ -230,19 +205,15 @@ func (c *Command) check(given map[string]bool) (warnings []string, err error) {
 	for k := range given {
 		set[k] = true
 	}
-	fl := &faults{path: f.config, lines: map[string]int{}}
+	fl := &flagfile.Faults{Path: f.config, Lines: map[string]int{}}
 	if f.config != "" {
 		data, err := os.ReadFile(f.config)
 		if err != nil {
-			return nil, &ConfigError{[]error{fmt.Errorf("--config: reading the configuration: %w", err)}}
+			return nil, &ConfigError{Errs: []error{fmt.Errorf("--config: reading the configuration: %w", err)}}
 		}
-		vals, err := flagfile.Read(c.fs, f.config, data, given, "config")
-		if err != nil {
-			fl.errs = append(fl.errs, flattenJoined(err)...)
-		}
-		for _, v := range vals {
-			fl.lines[v.Key] = v.Line
-			set[v.Key] = true
+		fl.Read(flagfile.Read(c.fs, f.config, data, given, "config"))
+		for k := range fl.Lines {
+			set[k] = true
 		}
 	}
 	for _, old := range slices.Sorted(func(yield func(string) bool) {
@@ -257,54 +228,41 @@ func (c *Command) check(given map[string]bool) (warnings []string, err error) {
 		}
 		now := Deprecated[old]
 		if set[now] {
-			fl.add(old, fmt.Errorf("is the deprecated spelling of --%s, which is set too: keep --%s alone", now, now))
+			fl.Add(old, fmt.Errorf("is the deprecated spelling of --%s, which is set too: keep --%s alone", now, now))
 			continue
 		}
-		warnings = append(warnings, fmt.Sprintf("%s is deprecated: use %s instead", where(fl, old), spelling(fl, old, now)))
+		warnings = append(warnings, fmt.Sprintf("%s is deprecated: use %s instead", fl.Where(old), spelling(fl, old, now)))
 	}
 	c.checkState(fl, set, &warnings)
 	c.checkHTTP(fl, set)
 	for key, d := range map[string]time.Duration{"ttl": f.ttl, "negative-ttl": f.neg, "upstream-timeout": f.timeout,
 		"cache-max-ttl": f.cache.MaxTTL, "cache-max-negative-ttl": f.cache.MaxNeg} {
 		if d < 0 {
-			fl.add(key, fmt.Errorf("%q is negative: want a duration of 0 or more, e.g. \"5s\"", d))
+			fl.Add(key, fmt.Errorf("%q is negative: want a duration of 0 or more, e.g. \"5s\"", d))
 		}
 	}
 	if f.cache.Size < 0 {
-		fl.add("cache-size", fmt.Errorf("%d: want 0 (no cache) or more", f.cache.Size))
+		fl.Add("cache-size", fmt.Errorf("%d: want 0 (no cache) or more", f.cache.Size))
 	}
 	if _, err := logging.ParseLevel(f.log.Level); err != nil {
-		fl.add("log-level", err)
+		fl.Add("log-level", err)
 	}
 	if f.log.Format != logging.Text && f.log.Format != logging.JSON {
-		fl.add("log-format", fmt.Errorf("%q: want text or json", f.log.Format))
+		fl.Add("log-format", fmt.Errorf("%q: want text or json", f.log.Format))
 	}
 	if len(f.listen) == 0 && f.control == "" && f.stateDir == "" {
-		fl.add("listen", errors.New("is required (or --control and --state, for addresses the agent exposes), e.g. --listen 127.0.0.1:5353"))
+		fl.Add("listen", errors.New("is required (or --control and --state, for addresses the agent exposes), e.g. --listen 127.0.0.1:5353"))
 	}
 	if f.roster == "" && f.rosterState == "" && f.control == "" {
-		fl.add("roster", errors.New("is required (or --state holding a saved roster, or --control for the agent to feed it)"))
+		fl.Add("roster", errors.New("is required (or --state holding a saved roster, or --control for the agent to feed it)"))
 	}
-	if len(fl.errs) > 0 {
-		// The file's faults in its order, then the command line's.
-		slices.SortStableFunc(fl.errs, func(a, b error) int { return faultLine(a) - faultLine(b) })
-		return warnings, &ConfigError{fl.errs}
-	}
-	return warnings, nil
-}
-
-// where names a key as its fault would: the file's line, or the flag.
-func where(fl *faults, key string) string {
-	if line, ok := fl.lines[key]; ok {
-		return fmt.Sprintf("%s:%d: %s", fl.path, line, key)
-	}
-	return "--" + key
+	return warnings, fl.Err()
 }
 
 // spelling is the new key now as the operator writes it where old was
 // set: a key in the file, a flag on the command line.
-func spelling(fl *faults, old, now string) string {
-	if _, ok := fl.lines[old]; ok {
+func spelling(fl *flagfile.Faults, old, now string) string {
+	if _, ok := fl.Lines[old]; ok {
 		return now
 	}
 	return "--" + now
@@ -314,23 +272,23 @@ func spelling(fl *faults, old, now string) string {
 // directory and the saved roster's path. A --state that names a file (one
 // ending in .json, or an existing regular file) is the old form, the
 // saved roster alone: taken, with a warning.
-func (c *Command) checkState(fl *faults, set map[string]bool, warnings *[]string) {
+func (c *Command) checkState(fl *flagfile.Faults, set map[string]bool, warnings *[]string) {
 	f := c.f
 	if set["state-dir"] {
 		f.stateDir = f.stateDirArg
-		*warnings = append(*warnings, where(fl, "state-dir")+" is deprecated: use "+spelling(fl, "state-dir", "state")+" instead")
+		*warnings = append(*warnings, fl.Where("state-dir")+" is deprecated: use "+spelling(fl, "state-dir", "state")+" instead")
 	}
 	if v := f.stateArg; v != "" {
 		fi, err := os.Stat(v)
 		switch {
 		case strings.HasSuffix(v, ".json") || err == nil && fi.Mode().IsRegular():
 			f.rosterState = v
-			*warnings = append(*warnings, fmt.Sprintf("%s %q names a file: that form is deprecated: give --state the directory (its roster is DIR/roster.json)", where(fl, "state"), v))
+			*warnings = append(*warnings, fmt.Sprintf("%s %q names a file: that form is deprecated: give --state the directory (its roster is DIR/roster.json)", fl.Where("state"), v))
 		case err == nil && !fi.IsDir():
-			fl.add("state", fmt.Errorf("%q is neither a directory nor a file", v))
+			fl.Add("state", fmt.Errorf("%q is neither a directory nor a file", v))
 		default:
 			if set["state-dir"] {
-				fl.add("state-dir", fmt.Errorf("is the deprecated spelling of --state DIR, and --state %q names a directory too: keep --state alone", v))
+				fl.Add("state-dir", fmt.Errorf("is the deprecated spelling of --state DIR, and --state %q names a directory too: keep --state alone", v))
 				break
 			}
 			f.stateDir = v
@@ -344,7 +302,7 @@ func (c *Command) checkState(fl *faults, set map[string]bool, warnings *[]string
 // checkHTTP checks the metrics endpoint's address (--http, or the
 // deprecated --metrics): the endpoint itself binds in the background, and
 // would only retry a malformed address.
-func (c *Command) checkHTTP(fl *faults, set map[string]bool) {
+func (c *Command) checkHTTP(fl *flagfile.Faults, set map[string]bool) {
 	f := c.f
 	key := "http"
 	if !set["http"] && set["metrics"] {
@@ -358,35 +316,14 @@ func (c *Command) checkHTTP(fl *faults, set map[string]bool) {
 	}
 	_, port, err := net.SplitHostPort(f.http)
 	if err != nil {
-		fl.add(key, fmt.Errorf("%q: want ip:port, e.g. 127.0.0.1:9470 (or \"off\")", f.http))
+		fl.Add(key, fmt.Errorf("%q: want ip:port, e.g. 127.0.0.1:9470 (or \"off\")", f.http))
 		return
 	}
 	if p, err := strconv.ParseUint(port, 10, 16); err != nil || (p == 0 && port != "0") {
-		fl.add(key, fmt.Errorf("%q: the port %q is not a number from 0 to 65535", f.http, port))
+		fl.Add(key, fmt.Errorf("%q: the port %q is not a number from 0 to 65535", f.http, port))
 		return
 	}
 	if err := (netflag.Loopback{Flag: "--http", RemoteFlag: "--http-remote", Serves: "metrics", Example: "127.0.0.1:9470"}).Check(f.http, f.httpRemote); err != nil {
-		fl.add(key, err)
+		fl.Add(key, err)
 	}
-}
-
-// faultLine orders faults: a file's by line, the others last.
-func faultLine(err error) int {
-	if fe, ok := err.(*flagfile.Error); ok && fe.Line > 0 {
-		return fe.Line
-	}
-	return 1 << 30
-}
-
-// flattenJoined returns the errors an errors.Join holds (err itself when
-// it joins none).
-func flattenJoined(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, flattenJoined(e)...)
-		}
-		return out
-	}
-	return []error{err}
 }
