@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -216,13 +217,7 @@ func (c *Command) check(given map[string]bool) (warnings []string, err error) {
 			set[k] = true
 		}
 	}
-	for _, old := range slices.Sorted(func(yield func(string) bool) {
-		for k := range Deprecated {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, old := range slices.Sorted(maps.Keys(Deprecated)) {
 		if !set[old] || old == "state-dir" { // checkState's
 			continue
 		}
@@ -235,10 +230,12 @@ func (c *Command) check(given map[string]bool) (warnings []string, err error) {
 	}
 	c.checkState(fl, set, &warnings)
 	c.checkHTTP(fl, set)
-	for key, d := range map[string]time.Duration{"ttl": f.ttl, "negative-ttl": f.neg, "upstream-timeout": f.timeout,
-		"cache-max-ttl": f.cache.MaxTTL, "cache-max-negative-ttl": f.cache.MaxNeg} {
-		if d < 0 {
-			fl.Add(key, fmt.Errorf("%q is negative: want a duration of 0 or more, e.g. \"5s\"", d))
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"ttl", f.ttl}, {"negative-ttl", f.neg}, {"upstream-timeout", f.timeout}, {"cache-max-ttl", f.cache.MaxTTL}, {"cache-max-negative-ttl", f.cache.MaxNeg}} {
+		if d.v < 0 {
+			fl.Add(d.key, fmt.Errorf("%q is negative: want a duration of 0 or more, e.g. \"5s\"", d.v))
 		}
 	}
 	if f.cache.Size < 0 {
