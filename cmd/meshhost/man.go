@@ -150,7 +150,9 @@ func manSections(name string) string {
 	}
 	b.WriteString(".SH EXIT STATUS\n")
 	for _, c := range exitCodes {
-		if len(c.only) == 0 || name == "meshhost" || slices.Contains(c.only, name) {
+		// meshhost-resolver refuses its own configuration (resolver.toml,
+		// its flags) with exitConfig too.
+		if len(c.only) == 0 || name == "meshhost" || slices.Contains(c.only, name) || c.code == exitConfig && name == "meshhost-resolver" {
 			fmt.Fprintf(&b, ".TP\n.B %d\n%s\n", c.code, roffEscape(c.meaning))
 		}
 	}
@@ -166,11 +168,21 @@ var exitCodes = []struct {
 	only    []string
 }{
 	{exitOK, "success", nil},
-	{exitError, "an error: a dependency missing (podman's socket), a file that cannot be read, a configuration that is not valid", nil},
+	{exitError, "an error: a dependency missing (podman's socket, for an operator command), a file that cannot be read", nil},
 	{exitChanges, "meshhost plan: the plan has changes", []string{"meshhost-plan"}},
 	{exitProbe, "meshhost probe, meshhost dns-check: a probe or a lookup failed", []string{"meshhost-probe", "meshhost-dns-check"}},
 	{exitUsage, "usage: a flag, an argument or a value the command does not take (sysexits' EX_USAGE)", nil},
-	{exitConfig, "the configuration (the configuration file, or a flag's value) is refused, every fault named (sysexits' EX_CONFIG); the units do not restart for it", []string{"meshhost-agent", "meshhost-config", "meshhost-resolver"}},
+	{exitConfig, "the configuration is refused (meshhost agent, meshhost config check, or a command reading a broken agent.toml), every fault named with its file and line; the agent's unit does not restart for it (sysexits' EX_CONFIG)", configPages()},
+}
+
+// configPages are the pages of the commands that exit exitConfig: the
+// agent, config check, and those that read the agent's configuration.
+func configPages() []string {
+	pages := []string{"meshhost-agent", "meshhost-config"}
+	for name := range operatorConfigKeys {
+		pages = append(pages, "meshhost-"+name)
+	}
+	return pages
 }
 
 // roffEscape makes s safe as roff text: backslashes and dashes escaped, no
