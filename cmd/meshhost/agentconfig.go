@@ -55,6 +55,7 @@ func defineAgentFlags(fs *flag.FlagSet) *agentFlags {
 	f.declaration = fs.String("declaration", "", "the declaration: a file, or a directory whose last *.json file is the declaration; watched for changes, and read again on SIGHUP")
 	f.source = fs.String("source", "", "a NATS JetStream roster source, nats://HOST:4222 (see --nats-*): the roster and this machine's declaration are watched in its buckets")
 	f.nats = addNATSFlags(fs)
+	f.nats.addPatienceFlag(fs)
 	f.push = fs.String("push", "", "the controller's push endpoint: unix:/path.sock or a loopback ip:port (default unix:STATE/push.sock; \"off\" disables it)")
 	f.pushAuth.register(fs)
 	f.http = fs.String("http", "127.0.0.1:9469", "where /metrics, /livez, /readyz (and /healthz, its old name) are served, on a loopback address unless --http-remote (\"off\" disables them)")
@@ -124,35 +125,9 @@ type agentConfig struct {
 	fs    *flag.FlagSet
 }
 
-// faults gathers a configuration's faults, each named where its value
-// was set: the file's line for a key the file set, the flag otherwise.
-type faults struct {
-	path  string
-	lines map[string]int // the keys the file set, by flag name
-	errs  []error
-}
-
-func (fl *faults) add(key string, err error) {
-	if line, ok := fl.lines[key]; ok {
-		fl.errs = append(fl.errs, &flagfile.Error{Path: fl.path, Line: line, Key: key, Err: err})
-		return
-	}
-	fl.errs = append(fl.errs, fmt.Errorf("--%s: %w", key, err))
-}
-
-// configError is every fault of a configuration: the agent exits
-// exitConfig for them, and its unit does not restart it.
-type configError struct{ errs []error }
-
-func (e *configError) Error() string {
-	msgs := make([]string, len(e.errs))
-	for i, err := range e.errs {
-		msgs[i] = err.Error()
-	}
-	return strings.Join(msgs, "\n")
-}
-
-func (e *configError) Unwrap() []error { return e.errs }
+// configError is every fault of a configuration (flagfile.Faults.Err):
+// the agent exits exitConfig for them, and its unit does not restart it.
+type configError = flagfile.FaultsError
 
 // check reads the configuration file (--config), applies it under the
 // flags the command line gave, and checks every value: the agent's one
@@ -161,19 +136,15 @@ func (e *configError) Unwrap() []error { return e.errs }
 func (f *agentFlags) check(ctx context.Context, env *environment) (*agentConfig, error) {
 	c := &agentConfig{ConfigPath: *f.config, given: givenFlags(ctx), fs: f.fs}
 	c.lines = map[string]int{}
-	fl := &faults{path: *f.config, lines: c.lines}
+	fl := &flagfile.Faults{Path: *f.config, Lines: c.lines}
 	if *f.config != "" {
 		data, err := os.ReadFile(*f.config)
 		if err != nil {
-			return nil, &configError{[]error{fmt.Errorf("reading the configuration: %w", err)}}
+			return nil, &configError{Errs: []error{fmt.Errorf("reading the configuration: %w", err)}}
 		}
-		vals, err := flagfile.Read(f.fs, *f.config, data, c.given, "config")
-		if err != nil {
-			fl.errs = append(fl.errs, flattenJoined(err)...)
-		}
-		for _, v := range vals {
-			fl.lines[v.Key] = v.Line
-			c.Keys = append(c.Keys, v.Key)
+		fl.Read(flagfile.Read(f.fs, *f.config, data, c.given, "config"))
+		for k := range fl.Lines {
+			c.Keys = append(c.Keys, k)
 		}
 		slices.Sort(c.Keys)
 	}
@@ -185,42 +156,19 @@ func (f *agentFlags) check(ctx context.Context, env *environment) (*agentConfig,
 	f.checkLogs(c, fl)
 	c.Declaration, c.Machine, c.State = *f.declaration, *f.machine, statedir.New(*f.state)
 	if c.Machine == "" {
-		fl.add("machine", errors.New("is empty: give this machine's name in the mesh"))
+		fl.Add("machine", errors.New("is empty: give this machine's name in the mesh"))
 	}
 	c.NATSURL, c.NATS = *f.source, f.nats
 	if c.NATSURL != "" && !strings.HasPrefix(c.NATSURL, "nats://") && !strings.HasPrefix(c.NATSURL, "tls://") {
-		fl.add("source", fmt.Errorf("%q: want nats://HOST:PORT or tls://HOST:PORT (the file and push sources are --declaration and --push)", natssource.RedactURL(c.NATSURL)))
+		fl.Add("source", fmt.Errorf("%q: want nats://HOST:PORT or tls://HOST:PORT (the file and push sources are --declaration and --push)", natssource.RedactURL(c.NATSURL)))
 	}
 	if *f.nats.patience < 0 {
-		fl.add("nats-patience", negative(*f.nats.patience))
+		fl.Add("nats-patience", negative(*f.nats.patience))
 	}
-	if len(fl.errs) > 0 {
-		// The file's faults in its order, then the command line's.
-		slices.SortStableFunc(fl.errs, func(a, b error) int { return faultLine(a) - faultLine(b) })
-		return c, &configError{fl.errs}
+	if err := fl.Err(); err != nil {
+		return c, err // the file's faults in its order, then the command line's
 	}
 	return c, nil
-}
-
-// faultLine orders faults: a file's by line, the others last.
-func faultLine(err error) int {
-	if fe, ok := err.(*flagfile.Error); ok && fe.Line > 0 {
-		return fe.Line
-	}
-	return 1 << 30
-}
-
-// flattenJoined returns the errors an errors.Join holds (err itself when
-// it joins none).
-func flattenJoined(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, flattenJoined(e)...)
-		}
-		return out
-	}
-	return []error{err}
 }
 
 // negative is the fault of a negative duration.
@@ -229,55 +177,55 @@ func negative(d time.Duration) error {
 }
 
 // checkRuntime checks the runtime and its socket.
-func (f *agentFlags) checkRuntime(c *agentConfig, fl *faults, env *environment) {
+func (f *agentFlags) checkRuntime(c *agentConfig, fl *flagfile.Faults, env *environment) {
 	c.Runtime = *f.runtime
 	switch c.Runtime {
 	case "podman":
 		if c.PodmanURI = podmanSocket(env, *f.podman); c.PodmanURI == "" {
-			fl.add("podman", errors.New("no podman socket: give podman = \"unix:///run/podman/podman.sock\" (--podman) or set MESHHOST_PODMAN_SOCKET"))
+			fl.Add("podman", errors.New("no podman socket: give podman = \"unix:///run/podman/podman.sock\" (--podman) or set MESHHOST_PODMAN_SOCKET"))
 		}
 	case "memory":
 	default:
-		fl.add("runtime", fmt.Errorf("%q: want podman or memory", c.Runtime))
+		fl.Add("runtime", fmt.Errorf("%q: want podman or memory", c.Runtime))
 	}
 }
 
 // checkLoop checks the pass loop's timing, budget and hold.
-func (f *agentFlags) checkLoop(c *agentConfig, fl *faults) {
+func (f *agentFlags) checkLoop(c *agentConfig, fl *flagfile.Faults) {
 	c.Interval, c.Budget, c.HoldAbove = *f.interval, reconcile.Budget{Max: *f.budget, Window: *f.window}, *f.holdAbove
 	if c.Interval < 0 {
-		fl.add("interval", negative(c.Interval))
+		fl.Add("interval", negative(c.Interval))
 	}
 	if c.Budget.Max < 0 {
-		fl.add("budget", fmt.Errorf("%d: want 0 or more replacements and removals per window", c.Budget.Max))
+		fl.Add("budget", fmt.Errorf("%d: want 0 or more replacements and removals per window", c.Budget.Max))
 	}
 	if c.Budget.Window < 0 {
-		fl.add("budget-window", negative(c.Budget.Window))
+		fl.Add("budget-window", negative(c.Budget.Window))
 	}
 	if c.HoldAbove < 0 {
-		fl.add("hold-above", fmt.Errorf("%d: want 0 (never hold) or more", c.HoldAbove))
+		fl.Add("hold-above", fmt.Errorf("%d: want 0 (never hold) or more", c.HoldAbove))
 	}
 }
 
 // checkResolver checks where the resolver runs and the embedded one's
 // settings.
-func (f *agentFlags) checkResolver(c *agentConfig, fl *faults) {
+func (f *agentFlags) checkResolver(c *agentConfig, fl *flagfile.Faults) {
 	c.ResolverAt = *f.resolver
 	c.Upstreams, c.Listens, c.Allow, c.Cache = f.upstreams, f.listens, f.allow, f.cache
 	external, err := agent.ParseResolverAt(c.ResolverAt)
 	if err != nil {
-		fl.add("resolver", errors.New(strings.TrimPrefix(err.Error(), "--resolver ")))
+		fl.Add("resolver", errors.New(strings.TrimPrefix(err.Error(), "--resolver ")))
 	}
 	c.External = external
 	if external != "" && len(c.Upstreams) > 0 {
-		fl.add("upstream", errors.New("is the embedded resolver's: give meshhost-resolver its upstreams (its --upstream, or its --resolv-conf)"))
+		fl.Add("upstream", errors.New("is the embedded resolver's: give meshhost-resolver its upstreams (its --upstream, or its --resolv-conf)"))
 	}
 	if c.Cache.Size < 0 {
-		fl.add("cache-size", fmt.Errorf("%d: want 0 (no cache) or more", c.Cache.Size))
+		fl.Add("cache-size", fmt.Errorf("%d: want 0 (no cache) or more", c.Cache.Size))
 	}
 	for key, d := range map[string]time.Duration{"cache-max-ttl": c.Cache.MaxTTL, "cache-max-negative-ttl": c.Cache.MaxNeg} {
 		if d < 0 {
-			fl.add(key, negative(d))
+			fl.Add(key, negative(d))
 		}
 	}
 	// The embedded resolver's cache flags change nothing with a resolver
@@ -300,58 +248,58 @@ func (f *agentFlags) checkResolver(c *agentConfig, fl *faults) {
 }
 
 // checkEndpoints checks the push and the metrics and health endpoints.
-func (f *agentFlags) checkEndpoints(c *agentConfig, fl *faults) {
+func (f *agentFlags) checkEndpoints(c *agentConfig, fl *flagfile.Faults) {
 	c.Push, c.HTTP = *f.push, *f.http
 	if c.Push != "" && c.Push != "off" {
 		if err := declsource.CheckAddr(c.Push); err != nil {
-			fl.add("push", err)
+			fl.Add("push", err)
 			c.Push = "off" // nothing more to check of it
 		}
 	}
 	access, key, err := f.pushAuth.check(c.Push)
 	if err != nil {
-		fl.add(key, err)
+		fl.Add(key, err)
 	}
 	c.PushAccess = access
 	if err := checkHTTP(c.HTTP, *f.httpRemote); err != nil {
-		fl.add("http", err)
+		fl.Add("http", err)
 	}
 }
 
 // checkMigration checks the migration's addresses and probe.
-func (f *agentFlags) checkMigration(c *agentConfig, fl *faults) {
+func (f *agentFlags) checkMigration(c *agentConfig, fl *flagfile.Faults) {
 	var err error
 	if c.NodeLocal, err = netip.ParseAddr(*f.nodeLocal); err != nil {
-		fl.add("node-local", fmt.Errorf("%q is not an IP address, e.g. %s", *f.nodeLocal, migrations.DefaultNodeLocal))
+		fl.Add("node-local", fmt.Errorf("%q is not an IP address, e.g. %s", *f.nodeLocal, migrations.DefaultNodeLocal))
 	}
 	if c.Loopback, err = netip.ParseAddr(*f.loopback); err != nil {
-		fl.add("loopback", fmt.Errorf("%q is not an IP address, e.g. %s", *f.loopback, migrations.DefaultLoopback))
+		fl.Add("loopback", fmt.Errorf("%q is not an IP address, e.g. %s", *f.loopback, migrations.DefaultLoopback))
 	}
 	if c.Outside, c.OutsideWant, err = parseOutside(*f.probeOutside); err != nil {
-		fl.add("probe-outside", err)
+		fl.Add("probe-outside", err)
 	}
 	c.ProbeBinary, c.ProofMaxAge = *f.probeBinary, *f.proofMaxAge
 	if c.ProofMaxAge < 0 {
-		fl.add("proof-max-age", negative(c.ProofMaxAge))
+		fl.Add("proof-max-age", negative(c.ProofMaxAge))
 	}
 }
 
 // checkLogs checks the log level (its file's too) and format.
-func (f *agentFlags) checkLogs(c *agentConfig, fl *faults) {
+func (f *agentFlags) checkLogs(c *agentConfig, fl *flagfile.Faults) {
 	var err error
 	if c.Level, err = logging.ParseLevel(*f.logLevel); err != nil {
-		fl.add("log-level", err)
+		fl.Add("log-level", err)
 	}
 	c.LevelFile, c.LogFormat = *f.logLevelFile, f.log.Format
 	if c.LevelFile != "" {
 		l, err := readLogLevel(c.LevelFile)
 		if err != nil {
-			fl.add("log-level-file", err)
+			fl.Add("log-level-file", err)
 		}
 		c.Level = l
 	}
 	if c.LogFormat != logging.Text && c.LogFormat != logging.JSON {
-		fl.add("log-format", fmt.Errorf("%q: want text or json", c.LogFormat))
+		fl.Add("log-format", fmt.Errorf("%q: want text or json", c.LogFormat))
 	}
 }
 

@@ -54,12 +54,6 @@ type command struct {
 	// the exit code (the table above); an error is printed (as JSON with
 	// --output json) and exits 1 unless the code says otherwise.
 	define func(env *environment, fs *flag.FlagSet) runner
-	// raw, instead of define, gets the arguments unparsed (meshhost
-	// resolver shares its flags with the meshhost-resolver binary).
-	raw func(env *environment) runner
-	// rawFlags, with raw, are the flags raw parses itself: listed in the
-	// command's man page (cobra parses none of them).
-	rawFlags func() *flag.FlagSet
 }
 
 // runner runs a command with its positional arguments.
@@ -221,7 +215,8 @@ func newRoot(ctx context.Context, env *environment, out *outcome) *cobra.Command
 		Long: "meshhost keeps this machine's containers matching the mesh's declaration\n" +
 			"and serves the mesh's names to them.\n\n" +
 			"Exit codes: 0 ok, 1 error, 2 the plan has changes (plan), 3 a probe or\n" +
-			"lookup failed (probe, dns-check), 64 usage.",
+			"lookup failed (probe, dns-check), 64 usage, 78 the configuration is refused\n" +
+			"(agent, config check, resolver).",
 		Version:       buildinfo.Get().String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -266,24 +261,13 @@ func cobraCommand(env *environment, c command, out *outcome) *cobra.Command {
 		out.ran, out.code = true, code
 		return err
 	}
-	if c.raw != nil {
-		cc.DisableFlagParsing = true
-		if c.rawFlags != nil {
-			cc.Flags().AddGoFlagSet(c.rawFlags())
-			cc.Flags().SortFlags = false
-		}
-		cc.Args = nil
-		cc.RunE = func(cmd *cobra.Command, args []string) error {
-			return finish(c.raw(env)(cmd.Context(), args))
-		}
-		return cc
-	}
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	runIt := c.define(env, fs)
 	fromAgent := addOperatorConfig(fs, operatorConfigKeys[c.name])
 	cc.Flags().AddGoFlagSet(fs)
 	cc.Flags().SortFlags = false
+	addValueCompletion(cc)
 	cc.RunE = func(cmd *cobra.Command, args []string) error {
 		if f := cmd.Flags().Lookup("output"); f != nil {
 			if err := checkOutput(f.Value.String()); err != nil {

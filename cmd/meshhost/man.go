@@ -113,7 +113,8 @@ func manSections(name string) string {
 	}
 	if name == "meshhost-resolver" {
 		files = [][2]string{
-			{"/var/lib/meshhost-resolver/", "the resolver service's state (--state-dir): the last good roster and the exposure, served from its start"},
+			{"/etc/meshhost/resolver.toml", "the resolver service's configuration (resolver.toml(5)), which its unit names with --config"},
+			{"/var/lib/meshhost-resolver/", "the resolver service's state (--state): the last good roster and the exposure, served from its start"},
 			{"/run/meshhost/resolver.sock", "its control socket (--control)"},
 			{"/run/meshhost/resolver-handover.sock", "its handover socket (--handover), through which a new resolver takes the running one's sockets"},
 			{"/etc/resolv.conf", "the upstreams, when --upstream is not given (--resolv-conf)"},
@@ -149,12 +150,11 @@ func manSections(name string) string {
 	}
 	b.WriteString(".SH EXIT STATUS\n")
 	for _, c := range exitCodes {
-		if len(c.only) == 0 || name == "meshhost" || slices.Contains(c.only, name) {
+		// meshhost-resolver refuses its own configuration (resolver.toml,
+		// its flags) with exitConfig too.
+		if len(c.only) == 0 || name == "meshhost" || slices.Contains(c.only, name) || c.code == exitConfig && name == "meshhost-resolver" {
 			fmt.Fprintf(&b, ".TP\n.B %d\n%s\n", c.code, roffEscape(c.meaning))
 		}
-	}
-	if name == "meshhost-resolver" {
-		b.WriteString(".PP\nThe meshhost\\-resolver binary exits 2, not 64, for a usage error.\n")
 	}
 	return b.String()
 }

@@ -12,10 +12,10 @@ import (
 )
 
 // TestMetricsEndpointsAreLoopbackOnly: the agent's --http and the
-// resolver's --metrics follow one rule (netflag.Loopback): an address off
-// loopback stops the command at its start, naming the flag that lets it
-// (--http-remote, --metrics-remote), on every address form. The agent
-// exits with the configuration's code (78), the resolver with usage's (64).
+// resolver's (--http, or its deprecated --metrics) follow one rule
+// (netflag.Loopback): an address off loopback stops the command at its
+// start, naming the flag that lets it (--http-remote), on every address
+// form, with the configuration's code (78).
 func TestMetricsEndpointsAreLoopbackOnly(t *testing.T) {
 	dir := t.TempDir()
 	roster := filepath.Join(dir, "roster.json")
@@ -27,7 +27,8 @@ func TestMetricsEndpointsAreLoopbackOnly(t *testing.T) {
 			exit   int
 		}{
 			{[]string{"agent", "--runtime", "memory", "--state", filepath.Join(dir, "state"), "--push", "off", "--http", addr}, "--http-remote", exitConfig},
-			{[]string{"resolver", "--roster", roster, "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9", "--metrics", addr}, "--metrics-remote", exitUsage},
+			{[]string{"resolver", "--roster", roster, "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9", "--http", addr}, "--http-remote", exitConfig},
+			{[]string{"resolver", "--roster", roster, "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:9", "--metrics", addr}, "--http-remote", exitConfig},
 		} {
 			// Bounded: a command that takes the address serves until
 			// stopped.

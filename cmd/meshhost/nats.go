@@ -33,13 +33,18 @@ type natsFlags struct {
 
 func addNATSFlags(fs *flag.FlagSet) natsFlags {
 	return natsFlags{
-		creds:    fs.String("nats-creds", "", "NATS credentials `file` (user JWT and nkey seed)"),
-		ca:       fs.String("nats-ca", "", "CA `file` (PEM) that verifies the NATS server's certificate"),
-		cert:     fs.String("nats-cert", "", "client certificate `file` (PEM) for NATS servers that ask for one"),
-		key:      fs.String("nats-key", "", "the client certificate's key `file` (PEM)"),
-		prefix:   fs.String("nats-buckets", natssource.DefaultPrefix, "bucket name `prefix`: PREFIX-roster and PREFIX-machines"),
-		patience: fs.Duration("nats-patience", natssource.DefaultPatience, "how long the agent may be cut off from NATS before /healthz says so (the roster in force is served meanwhile)"),
+		creds:  fs.String("nats-creds", "", "NATS credentials `file` (user JWT and nkey seed)"),
+		ca:     fs.String("nats-ca", "", "CA `file` (PEM) that verifies the NATS server's certificate"),
+		cert:   fs.String("nats-cert", "", "client certificate `file` (PEM) for NATS servers that ask for one"),
+		key:    fs.String("nats-key", "", "the client certificate's key `file` (PEM)"),
+		prefix: fs.String("nats-buckets", natssource.DefaultPrefix, "bucket name `prefix`: PREFIX-roster and PREFIX-machines"),
 	}
+}
+
+// addPatienceFlag adds the agent's --nats-patience to f (publish has no
+// use for it).
+func (f *natsFlags) addPatienceFlag(fs *flag.FlagSet) {
+	f.patience = fs.Duration("nats-patience", natssource.DefaultPatience, "how long the agent may be cut off from NATS before /healthz says so (the roster in force is served meanwhile)")
 }
 
 func (f natsFlags) server(url, name string) natssource.Server {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,9 +53,25 @@ func addPlanFlags(fs *flag.FlagSet) planFlags {
 		resolverAt:  fs.String("resolver", "", "where the agent's resolver is, to read the roster in force from: embedded (STATE/roster.json) or unix:PATH (meshhost-resolver's control socket); default: where the agent that last started said, in STATE/resolver"),
 		socket:      fs.String("podman", "", "podman API socket (default $MESHHOST_PODMAN_SOCKET, $CONTAINER_HOST)"),
 		output:      fs.String("output", "text", "output format: text or json"),
-		holdAbove:   fs.Int("hold-above", -1, "judge the plan's blast radius by this --hold-above (default: the agent's, from STATE/status.json, else 5)"),
+		holdAbove:   holdAboveFlag(fs),
 		showValues:  fs.Bool("show-values", false, "show env and label values in changes (they may be secrets: for a person at a terminal, never for logs): the declared ones, and a running container's as their hash (its record keeps no value); without it a change shows the key and a short keyed hash (STATE/hash.key) of the old and new value"),
 	}
+}
+
+// holdAboveFlag defines --hold-above, whose default is the agent's: -1
+// until given, shown as no default of its own (an int flag showed its -1
+// beside the text's).
+func holdAboveFlag(fs *flag.FlagSet) *int {
+	n := -1
+	fs.Func("hold-above", "judge the plan's blast radius by this `N` (default: the agent's --hold-above, from STATE/status.json, else 5)", func(v string) error {
+		i, err := strconv.Atoi(v)
+		if err != nil || i < 0 {
+			return fmt.Errorf("%q: want 0 (never hold) or more", v)
+		}
+		n = i
+		return nil
+	})
+	return &n
 }
 
 // changes returns cs as the output shows them: with values when

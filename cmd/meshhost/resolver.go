@@ -3,33 +3,32 @@ package main
 import (
 	"context"
 	"flag"
-	"slices"
+
+	"github.com/spf13/cobra"
 
 	"github.com/meshhost/meshhost/internal/resolvercmd"
 )
 
 func init() {
-	register(command{name: "resolver", use: "--roster FILE --listen ADDR [flags]", summary: "serve a roster file's names over DNS, alone",
+	register(command{name: "resolver", use: "[config check] --roster FILE --listen ADDR [flags]", summary: "serve a roster file's names over DNS, alone",
 		long: "The same command is installed alone as meshhost-resolver (without the podman client),\n" +
-			"which meshhost-resolver.service runs: the resolver of every container in resolve mode.",
-		raw:      runResolver,
-		rawFlags: func() *flag.FlagSet { return resolvercmd.Flags("meshhost resolver") }})
+			"which meshhost-resolver.service runs with --config " + resolvercmd.DefaultConfig + ": the resolver\n" +
+			"of every container in resolve mode. `meshhost resolver config check --config FILE` checks\n" +
+			"a configuration as the resolver checks it at its start (a refused one exits 78).",
+		args:   func(_ *cobra.Command, args []string) error { return resolvercmd.CheckArgs(args) },
+		valid:  []string{"config"},
+		define: defineResolver,
+	})
 }
 
-// runResolver is `meshhost resolver`; the same command is built alone as
-// cmd/meshhost-resolver, which parses its own flags: its help is written to
-// stdout here, and a usage error exits 64 as every meshhost command's.
-func runResolver(env *environment) runner {
+// defineResolver is `meshhost resolver`: the command of
+// internal/resolvercmd, whose flags meshhost's library parses here as it
+// does every command's (and cmd/meshhost-resolver the same way).
+func defineResolver(env *environment, fs *flag.FlagSet) runner {
+	c := resolvercmd.New("meshhost resolver", fs)
 	return func(ctx context.Context, args []string) (int, error) {
-		if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" || a == "-help" }) {
-			resolvercmd.Run(ctx, "meshhost resolver", env.stdout, []string{"-h"})
-			return exitOK, nil
-		}
-		code, err := resolvercmd.Run(ctx, "meshhost resolver", env.stderr, args)
-		if code == 2 { // resolvercmd's usage code
-			if err == nil {
-				err = flag.ErrHelp
-			}
+		code, err := c.Main(ctx, env.stdout, env.stderr, args, givenFlags(ctx))
+		if code == resolvercmd.ExitUsage {
 			return exitUsage, usageError{err}
 		}
 		return code, err

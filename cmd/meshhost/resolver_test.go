@@ -107,17 +107,23 @@ func TestResolverCommand(t *testing.T) {
 	waitUntil(t, "SIGHUP brings generation 4", func() bool { return lookup(addr, "gitea.novox.internal.") == "10.89.0.10" })
 }
 
+// TestResolverCommandUsage: a value a flag does not take is usage (64);
+// a configuration that lacks what the resolver needs (which a
+// configuration file may give) is refused as the agent's is (78).
 func TestResolverCommandUsage(t *testing.T) {
-	for _, args := range [][]string{
-		{"resolver"},
-		{"resolver", "--roster", "x.json"},
-		{"resolver", "--roster", "x.json", "--listen", "nonsense"},
-		{"resolver", "--roster", "x.json", "--listen", "127.0.0.1:5353", "--allow", "10.0.0.0/99"},
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"resolver"}, exitConfig},
+		{[]string{"resolver", "--roster", "x.json"}, exitConfig},
+		{[]string{"resolver", "--roster", "x.json", "--listen", "nonsense"}, exitUsage},
+		{[]string{"resolver", "--roster", "x.json", "--listen", "127.0.0.1:5353", "--allow", "10.0.0.0/99"}, exitUsage},
 	} {
 		stderr := &syncbuf.Buffer{}
 		env := &environment{stdout: &syncbuf.Buffer{}, stderr: stderr, getenv: func(string) string { return "" }}
-		if code := run(context.Background(), env, args); code != exitUsage {
-			t.Errorf("meshhost %v exited %d, want %d (usage)\n%s", args, code, exitUsage, stderr)
+		if code := run(context.Background(), env, c.args); code != c.code {
+			t.Errorf("meshhost %v exited %d, want %d\n%s", c.args, code, c.code, stderr)
 		}
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -27,7 +26,6 @@ import (
 	"github.com/meshhost/meshhost/internal/plumbing/buildinfo"
 	"github.com/meshhost/meshhost/internal/plumbing/filewatch"
 	"github.com/meshhost/meshhost/internal/plumbing/logging"
-	"github.com/meshhost/meshhost/internal/plumbing/netflag"
 	"github.com/meshhost/meshhost/internal/plumbing/procmetrics"
 	"github.com/meshhost/meshhost/internal/plumbing/sdnotify"
 	"github.com/meshhost/meshhost/internal/plumbing/setaside"
@@ -38,33 +36,6 @@ import (
 	"github.com/meshhost/meshhost/spec"
 	"github.com/meshhost/meshhost/spec/specjson"
 )
-
-// ErrUsage is wrapped by errors in the flags; the usage has been printed.
-var ErrUsage = errors.New("usage")
-
-// resolverFlags are the flags of the command.
-type resolverFlags struct {
-	roster     string
-	listen     netflag.AddrPorts
-	upstreams  netflag.Upstreams
-	allow      netflag.Prefixes
-	state      string
-	resolvConf string
-	ttl, neg   time.Duration
-	timeout    time.Duration
-	cache      CacheFlags
-	metrics    string
-	// metricsRemote lets metrics be off loopback (--metrics-remote).
-	metricsRemote bool
-	log           logging.Flags
-
-	// The service's: see service.go.
-	control     string
-	controlMode os.FileMode
-	controlUIDs []uint32
-	stateDir    string
-	handover    string
-}
 
 // CacheFlags are the cache's flags, shared with `meshhost agent`.
 type CacheFlags struct {
@@ -94,109 +65,16 @@ func (c CacheFlags) Apply(cfg *resolver.Config) {
 	cfg.CacheMaxNegativeTTL = time.Duration(off(int64(c.MaxNeg)))
 }
 
-// Flags is the command's flag set, as Run parses it: for its man page and
-// completion, which list what Run takes.
-func Flags(prog string) *flag.FlagSet {
-	fs, _ := newFlagSet(prog, io.Discard)
-	return fs
-}
-
-// newFlagSet defines the command's flags on a new flag set, into the
-// returned resolverFlags.
-func newFlagSet(prog string, stderr io.Writer) (*flag.FlagSet, *resolverFlags) {
-	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f := &resolverFlags{}
-	fs.StringVar(&f.roster, "roster", "", "roster `FILE` (JSON) to serve; reloaded on SIGHUP and when it changes")
-	fs.Var(&f.listen, "listen", "`ADDR[,ADDR...]` (ip:port) to serve over UDP and TCP; repeatable")
-	fs.Var(&f.upstreams, "upstream", "upstream `ADDR[,ADDR...]` (ip or ip:port) for names outside the roster; repeatable (default: the nameservers of --resolv-conf)")
-	fs.Var(&f.allow, "allow", "client `CIDR[,CIDR...]` (or address) to answer besides loopback; repeatable (others get REFUSED)")
-	fs.StringVar(&f.state, "state", "", "`PATH` keeping the last good roster across restarts (default: none, or STATE-DIR/roster.json)")
-	fs.StringVar(&f.stateDir, "state-dir", "", "`DIR` keeping the last good roster (roster.json) and the exposure put on the control socket (exposure.json), served from the resolver's start")
-	fs.StringVar(&f.control, "control", "", "control socket `PATH` through which the agent feeds the roster and the exposure (see resolver/control); off by default")
-	f.controlMode = 0o600
-	fs.Func("control-mode", "the control socket's file `MODE` (default 0600; 0660 lets the socket's group connect, if --control-uid admits them)", func(v string) error {
-		m, err := strconv.ParseUint(v, 8, 32)
-		if err != nil || m&^0o777 != 0 {
-			return fmt.Errorf("%q is not an octal file mode", v)
-		}
-		f.controlMode = os.FileMode(m)
-		return nil
-	})
-	fs.Func("control-uid", "`UID` that may use the control socket besides root and the resolver's own user; repeatable", func(v string) error {
-		u, err := strconv.ParseUint(v, 10, 32)
-		if err != nil {
-			return fmt.Errorf("%q is not a uid", v)
-		}
-		f.controlUIDs = append(f.controlUIDs, uint32(u))
-		return nil
-	})
-	fs.StringVar(&f.handover, "handover", "", "handover socket `PATH`: a resolver started while another serves takes over its sockets there, and offers its own the same way; off by default")
-	fs.StringVar(&f.resolvConf, "resolv-conf", "/etc/resolv.conf", "`FILE` whose nameservers are the upstreams when --upstream is not given")
-	fs.DurationVar(&f.ttl, "ttl", 5*time.Second, "TTL of roster answers")
-	fs.DurationVar(&f.neg, "negative-ttl", 5*time.Second, "TTL of NXDOMAIN and NODATA answers")
-	fs.DurationVar(&f.timeout, "upstream-timeout", 2*time.Second, "time to wait for one upstream")
-	f.cache.Register(fs)
-	f.log.Register(fs)
-	fs.StringVar(&f.metrics, "metrics", "", "`ADDR` (ip:port) to serve Prometheus metrics on, at /metrics, e.g. 127.0.0.1:9470, on a loopback address unless --metrics-remote (default: none)")
-	fs.BoolVar(&f.metricsRemote, "metrics-remote", false, "let --metrics listen on an address other machines can reach")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: "+prog+" --roster FILE --listen ADDR[,ADDR...] [--upstream ADDR ...] [--allow CIDR ...] [--state PATH] [--ttl D]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Serves the roster's names over DNS and forwards other names upstream.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	return fs, f
-}
-
-func parseFlags(prog string, stderr io.Writer, args []string) (*resolverFlags, error) {
-	fs, f := newFlagSet(prog, stderr)
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return nil, fmt.Errorf("unexpected arguments %q: %w", fs.Args(), ErrUsage)
-	}
-	if f.metrics != "" {
-		// Checked here: the endpoint itself binds in the background, and
-		// retries what it cannot bind.
-		if _, port, err := net.SplitHostPort(f.metrics); err != nil {
-			fs.Usage()
-			return nil, fmt.Errorf("--metrics %q: %v, want ip:port: %w", f.metrics, err, ErrUsage)
-		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			fs.Usage()
-			return nil, fmt.Errorf("--metrics %q: port %q is not a number: %w", f.metrics, port, ErrUsage)
-		}
-		// The agent's --http rule: an endpoint for the machine itself.
-		if err := (netflag.Loopback{Flag: "--metrics", RemoteFlag: "--metrics-remote", Serves: "metrics", Example: "127.0.0.1:9470"}).Check(f.metrics, f.metricsRemote); err != nil {
-			return nil, fmt.Errorf("--metrics %w: %w", err, ErrUsage)
-		}
-	}
-	if f.stateDir != "" && f.state == "" {
-		f.state = filepath.Join(f.stateDir, "roster.json")
-	}
-	if len(f.listen) == 0 && f.control == "" && f.stateDir == "" {
-		fs.Usage()
-		return nil, fmt.Errorf("--listen is required (or --control and --state-dir, for addresses the agent exposes), e.g. --listen 127.0.0.1:5353: %w", ErrUsage)
-	}
-	if f.roster == "" && f.state == "" && f.control == "" {
-		fs.Usage()
-		return nil, fmt.Errorf("--roster (or --state holding a saved roster, or --control for the agent to feed it) is required: %w", ErrUsage)
-	}
-	return f, nil
-}
-
-// Run runs the command until ctx is done, or until it has handed its
-// sockets over to a successor (--handover). It returns the process exit
-// code: 2 for usage and flag errors, 1 for other errors (which it returns).
+// serve runs the resolver c's flags configure (checked by c.check) until
+// ctx is done, or until it has handed its sockets over to a successor
+// (--handover). It returns the process exit code, 0 or 1 (with the error).
 //
 // The order is what keeps DNS answering through restarts: sockets inherited
 // first (systemd's store, a running predecessor), then the saved roster,
 // then every address served (inherited sockets, or bound afresh: the static
 // --listen ones and the saved exposure's), and only then READY=1.
-func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (code int, err error) {
+func (c *Command) serve(ctx context.Context, stderr io.Writer, log *slog.Logger) (code int, err error) {
+	prog, f := c.Prog, c.f
 	// Signals first, before anything that takes time (a predecessor's
 	// handover, a large saved roster): Go's default for SIGHUP is to exit,
 	// and a reload (`systemctl reload`, a log rotation) may come at any
@@ -225,14 +103,6 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (cod
 		}
 	}()
 
-	f, err := parseFlags(prog, stderr, args)
-	if err != nil {
-		return 2, err // usage and flag errors
-	}
-	log, err := f.log.Logger(stderr)
-	if err != nil {
-		return 2, err // a flag's value
-	}
 	// What libraries write through Go's log package (net/http's servers)
 	// is the logger's too: JSON in JSON mode, with its priority under the
 	// journal.
@@ -247,9 +117,9 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (cod
 		}()
 	}
 	reg := procmetrics.NewRegistry()
-	if f.state != "" {
+	if f.rosterState != "" {
 		// The saved roster's log, set aside when damaged (deltalog).
-		reg.MustRegister(setaside.New(filepath.Dir(f.state), []string{filepath.Base(resolver.LogPath(f.state))}, setaside.Glob(resolver.LogPath(f.state))))
+		reg.MustRegister(setaside.New(filepath.Dir(f.rosterState), []string{filepath.Base(resolver.LogPath(f.rosterState))}, setaside.Glob(resolver.LogPath(f.rosterState))))
 	}
 	if f.stateDir != "" {
 		if err := os.MkdirAll(f.stateDir, 0o700); err != nil {
@@ -272,7 +142,7 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (cod
 		ResolvConf:      f.resolvConf,
 		UpstreamTimeout: f.timeout,
 		Allow:           f.allow,
-		StatePath:       f.state,
+		StatePath:       f.rosterState,
 	}
 	f.cache.Apply(&cfg)
 	srv, err := resolver.New(cfg)
@@ -347,12 +217,12 @@ func Run(ctx context.Context, prog string, stderr io.Writer, args []string) (cod
 	defer func() { stopMetrics(); metricsWG.Wait() }()
 	var metricsOnce sync.Once
 	startMetrics := func() {
-		if f.metrics == "" {
+		if f.http == "" || f.http == "off" {
 			return
 		}
 		metricsOnce.Do(func() {
 			metricsWG.Go(func() {
-				serveMetrics(mctx, log, f.metrics, func(l net.Listener) error { return procmetrics.Serve(mctx, l, reg) })
+				serveMetrics(mctx, log, f.http, func(l net.Listener) error { return procmetrics.Serve(mctx, l, reg) })
 			})
 		})
 	}

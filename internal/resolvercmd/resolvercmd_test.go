@@ -3,6 +3,7 @@ package resolvercmd
 import (
 	"context"
 	"errors"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
@@ -30,10 +31,11 @@ func TestCacheFlags(t *testing.T) {
 		{[]string{"--cache-max-negative-ttl", "0", "--cache-max-ttl", "30s"}, resolver.Config{CacheSize: resolver.DefaultCacheSize, CacheMaxTTL: 30 * time.Second, CacheMaxNegativeTTL: -1}},
 	} {
 		args := append([]string{"--listen", "127.0.0.1:5353", "--roster", "r.json"}, tc.args...)
-		f, err := parseFlags("test", io.Discard, args)
+		c, _, err := parseForTest(args...)
 		if err != nil {
-			t.Fatalf("parseFlags(%q): %v", tc.args, err)
+			t.Fatalf("flags %q: %v", tc.args, err)
 		}
+		f := c.f
 		var got resolver.Config
 		f.cache.Apply(&got)
 		if got.CacheSize != tc.want.CacheSize || got.CacheMaxTTL != tc.want.CacheMaxTTL || got.CacheMaxNegativeTTL != tc.want.CacheMaxNegativeTTL {
@@ -101,8 +103,21 @@ func TestMetricsWaitsForThePort(t *testing.T) {
 	})
 }
 
-// TestMetricsFlag: --metrics is checked with the flags (the endpoint binds
-// in the background, and would only retry a malformed address).
+// parseForTest parses args as the command's flags and checks them.
+func parseForTest(args ...string) (*Command, []string, error) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := New("test", fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	warnings, err := c.check(nil)
+	return c, warnings, err
+}
+
+// TestMetricsFlag: --http (and its deprecated spelling, --metrics) is
+// checked with the flags (the endpoint binds in the background, and would
+// only retry a malformed address).
 func TestMetricsFlag(t *testing.T) {
 	for _, tc := range []struct {
 		v  string
@@ -111,15 +126,22 @@ func TestMetricsFlag(t *testing.T) {
 		{"127.0.0.1:9470", true},
 		{"localhost:9470", true},
 		{"[::1]:9470", true},
+		{"off", true},
 		{"9470", false},
 		{"127.0.0.1:http", false},
 		{"127.0.0.1:70000", false},
-		{"0.0.0.0:9470", false}, // off loopback without --metrics-remote
+		{"0.0.0.0:9470", false}, // off loopback without --http-remote
 		{"10.1.2.3:9470", false},
 	} {
-		_, err := parseFlags("test", io.Discard, []string{"--listen", "127.0.0.1:5353", "--roster", "r.json", "--metrics", tc.v})
-		if (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrUsage) {
-			t.Errorf("--metrics %q: %v, want ok=%t (or a usage error)", tc.v, err, tc.ok)
+		for _, flagName := range []string{"--http", "--metrics"} {
+			c, _, err := parseForTest("--listen", "127.0.0.1:5353", "--roster", "r.json", flagName, tc.v)
+			var ce *ConfigError
+			if (err == nil) != tc.ok || err != nil && !errors.As(err, &ce) {
+				t.Errorf("%s %q: %v, want ok=%t (or a *ConfigError)", flagName, tc.v, err, tc.ok)
+			}
+			if err == nil && c.f.http != tc.v {
+				t.Errorf("%s %q: the endpoint is %q", flagName, tc.v, c.f.http)
+			}
 		}
 	}
 }

@@ -205,6 +205,8 @@ func TestContinuityDirectives(t *testing.T) {
 			"DynamicUser":           "yes",
 			"ProtectSystem":         "strict",
 			"ExecStart":             "--handover",
+			// resolvercmd's ExitUsage and ExitConfig
+			"RestartPreventExitStatus": "64 78",
 		}},
 		{"meshhost-agent.service", map[string]string{
 			"Type": "notify", "Restart": "always", "WatchdogSec": "s",
@@ -240,6 +242,11 @@ func TestContinuityDirectives(t *testing.T) {
 	}
 	if !strings.Contains(string(conf), "\nresolver = \"unix:/run/meshhost/resolver.sock\"\n") {
 		t.Errorf("packaging/agent.toml does not point the agent at the resolver unit's control socket")
+	}
+	// The resolver's settings are its configuration file's
+	// (internal/resolvercmd's TestPackagedConfiguration checks the two).
+	if d := directives(t, "meshhost-resolver.service"); !strings.Contains(strings.Join(d["ExecStart"], " "), "--config /etc/meshhost/resolver.toml") {
+		t.Errorf("meshhost-resolver.service: ExecStart=%q lacks --config /etc/meshhost/resolver.toml", d["ExecStart"])
 	}
 	if d := directives(t, "meshhost-resolver.service"); !strings.Contains(strings.Join(d["ExecStart"], " "), "--control /run/meshhost/resolver.sock") {
 		t.Errorf("meshhost-resolver.service: ExecStart=%q lacks --control /run/meshhost/resolver.sock", d["ExecStart"])

@@ -9,7 +9,7 @@ import (
 // Loopback is the rule of an address flag whose endpoint is for the
 // machine itself (metrics, health): its address must be on loopback
 // ("localhost" or a loopback IP) unless the operator gives RemoteFlag to
-// mean another. The agent's --http and the resolver's --metrics share it.
+// mean another. The agent's --http and the resolver's --http share it.
 type Loopback struct {
 	Flag       string // e.g. "--http"
 	RemoteFlag string // e.g. "--http-remote"
