@@ -18,7 +18,7 @@ func TestManPagesListTheConfigExit(t *testing.T) {
 	if code, _, stderr := runCLI(t, nil, "man", "--dir", dir); code != 0 {
 		t.Fatalf("meshhost man = exit %d\n%s", code, stderr)
 	}
-	exits := map[string]bool{"meshhost": true, "meshhost-agent": true, "meshhost-config": true}
+	exits := map[string]bool{"meshhost": true, "meshhost-agent": true, "meshhost-config": true, "meshhost-resolver": true}
 	for name := range operatorConfigKeys {
 		exits["meshhost-"+name] = true
 	}
