@@ -45,15 +45,21 @@ func (e *ShrinkError) Error() string {
 		e.Generation, len(e.Dropped), e.Before, e.MaxFraction*100, strings.Join(shown, ", "), more, e.Generation)
 }
 
-// Check returns a *ShrinkError when next drops too many of prev's names,
-// and nil otherwise (including when prev is nil: the first roster).
-func Check(prev, next *spec.Roster, p Policy) error {
+// withDefaults is p with DefaultPolicy's value for each field left zero.
+func (p Policy) withDefaults() Policy {
 	if p.MaxDropFraction == 0 {
 		p.MaxDropFraction = DefaultPolicy.MaxDropFraction
 	}
 	if p.MinNames == 0 {
 		p.MinNames = DefaultPolicy.MinNames
 	}
+	return p
+}
+
+// Check returns a *ShrinkError when next drops too many of prev's names,
+// and nil otherwise (including when prev is nil: the first roster).
+func Check(prev, next *spec.Roster, p Policy) error {
+	p = p.withDefaults()
 	if prev == nil || len(prev.Names) < p.MinNames {
 		return nil
 	}
@@ -73,12 +79,7 @@ func Check(prev, next *spec.Roster, p Policy) error {
 // CheckDelta is Check for the roster prev changed by d: it looks only at
 // the names d removes, so it costs what changed, not the roster.
 func CheckDelta(prev *spec.Roster, d *spec.RosterDelta, p Policy) error {
-	if p.MaxDropFraction == 0 {
-		p.MaxDropFraction = DefaultPolicy.MaxDropFraction
-	}
-	if p.MinNames == 0 {
-		p.MinNames = DefaultPolicy.MinNames
-	}
+	p = p.withDefaults()
 	if prev == nil || len(prev.Names) < p.MinNames {
 		return nil
 	}

@@ -48,18 +48,7 @@ var snake = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
 // Check returns what is wrong with families, one line each ("NAME: what"),
 // or nothing.
 func Check(families []*dto.MetricFamily) ([]string, error) {
-	l := promlint.NewWithMetricFamilies(families)
-	l.AddCustomValidations(meshhost)
-	problems, err := l.Lint()
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, p := range problems {
-		out = append(out, p.Metric+": "+p.Text)
-	}
-	slices.Sort(out)
-	return out, nil
+	return lint(promlint.NewWithMetricFamilies(families))
 }
 
 // Gathered checks what g gathers (Check).
@@ -73,7 +62,12 @@ func Gathered(g prometheus.Gatherer) ([]string, error) {
 
 // Text checks a scrape in Prometheus' text format (Check).
 func Text(r io.Reader) ([]string, error) {
-	l := promlint.New(r)
+	return lint(promlint.New(r))
+}
+
+// lint runs l with meshhost's own conventions added: one line a problem,
+// sorted.
+func lint(l *promlint.Linter) ([]string, error) {
 	l.AddCustomValidations(meshhost)
 	problems, err := l.Lint()
 	if err != nil {
