@@ -245,7 +245,13 @@ var (
 // watcher, its Sink or OnChange) is recovered (see safeSession): Run goes
 // on.
 func (w *Watcher) Run(ctx context.Context) error {
-	nc, err := w.cfg.Server.Connect(append(watchOptions(w.cfg.Patience),
+	opts := watchOptions(w.cfg.Patience)
+	if w.cfg.Machine != "" {
+		// Answers and deliveries to this machine's inbox alone, which its
+		// credentials may read (see Permissions).
+		opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(w.cfg.Machine)))
+	}
+	nc, err := w.cfg.Server.Connect(append(opts,
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
 				err = errUnreachable
