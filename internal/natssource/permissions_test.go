@@ -100,7 +100,7 @@ func TestPermissionsMachineReadsOnlyItsOwn(t *testing.T) {
 	const secret = "bay-secret-value"
 	decl := func(machine string, gen uint64, env string) *spec.Declaration {
 		return &spec.Declaration{Schema: 1, Machine: machine, Generation: gen, MeshNames: spec.FlagOff,
-			Roster: &spec.Roster{Generation: 1, Names: map[string][]netip.Addr{}},
+			Roster:     &spec.Roster{Generation: 1, Names: map[string][]netip.Addr{}},
 			Containers: []spec.Container{{Name: "app", Image: "busybox", Env: map[string]string{"TOKEN": env}}}}
 	}
 	r1 := roster(20)
@@ -260,7 +260,10 @@ func TestPermissionsMachineReadsOnlyItsOwn(t *testing.T) {
 		t.Fatalf("opening the roster bucket as ace: %v", err)
 	}
 	for _, write := range []func(context.Context) error{
-		func(c context.Context) error { _, err := rkv.Put(c, NameKey("evil.internal"), []byte(`["10.6.6.6"]`)); return err },
+		func(c context.Context) error {
+			_, err := rkv.Put(c, NameKey("evil.internal"), []byte(`["10.6.6.6"]`))
+			return err
+		},
 		func(c context.Context) error { return rkv.Delete(c, CommitKey) },
 		func(c context.Context) error { return rkv.Purge(c, NameKey("h1.internal")) },
 		func(c context.Context) error { _, err := mkv.Put(c, "ace", []byte(`{}`)); return err },
