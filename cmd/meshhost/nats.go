@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/natssource"
@@ -20,7 +21,8 @@ import (
 )
 
 func init() {
-	register(command{name: "publish", summary: "write a roster and declarations into the NATS JetStream buckets agents watch (what a controller does)", define: definePublish})
+	register(command{name: "publish", summary: "write a roster and declarations into the NATS JetStream buckets agents watch (what a controller does)",
+		use: "[--print-permissions MACHINE...]", args: cobra.ArbitraryArgs, define: definePublish})
 }
 
 // natsFlags are the options of a NATS roster source, shared by the agent
@@ -132,7 +134,14 @@ func definePublish(env *environment, fs *flag.FlagSet) runner {
 	fs.Var(&decls, "declaration", "a machine's declaration `file` to publish (repeatable); its roster is published first unless --roster is given")
 	output := fs.String("output", "text", "output format: text or json")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	printPerms := fs.Bool("print-permissions", false, "print the nats-server accounts configuration in which the controller writes and each machine named as an argument reads the roster and its own declaration only; publish nothing")
 	return func(ctx context.Context, args []string) (int, error) {
+		if *printPerms {
+			return printPermissions(env, *nf.prefix, args)
+		}
+		if len(args) > 0 {
+			return exitUsage, usagef("unexpected arguments %q: machines are named only with --print-permissions", args)
+		}
 		if *url == "" {
 			*url = env.getenv("MESHHOST_NATS_URL")
 		}
