@@ -1,0 +1,296 @@
+package natssource
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meshhost/meshhost/spec"
+)
+
+// cluster is a three-node JetStream cluster of the test's own on
+// loopback, as scripts/nats-cluster-up starts one.
+type cluster struct {
+	nodes    []*ownServer
+	names    []string // server_name of each node
+	monitors []int    // each node's monitoring port
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	bin := needNATS(t, "MESHHOST_NATS_SERVER")
+	c := &cluster{}
+	routes := make([]int, 3)
+	for i := range routes {
+		routes[i] = freePort(t)
+	}
+	var routeURLs []string
+	for _, p := range routes {
+		routeURLs = append(routeURLs, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	for i := range 3 {
+		dir := t.TempDir()
+		name := fmt.Sprintf("n%d", i+1)
+		monitor := freePort(t)
+		c.monitors = append(c.monitors, monitor)
+		conf := fmt.Sprintf("server_name: %s\nhttp: 127.0.0.1:%d\ncluster {\n  name: meshhost-test\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n",
+			name, monitor, routes[i], strings.Join(routeURLs, ", "))
+		path := filepath.Join(dir, "server.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := &ownServer{t: t, bin: bin, dir: dir, port: freePort(t), extra: []string{"--config", path}}
+		c.nodes = append(c.nodes, s)
+		c.names = append(c.names, name)
+		t.Cleanup(s.kill)
+	}
+	// Started together: none answers JetStream before a quorum is up.
+	errs := make(chan error, 3)
+	for _, s := range c.nodes {
+		go func() { errs <- s.startE() }()
+	}
+	for range c.nodes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// URL is every node's URL, separated by commas (what the agent takes).
+func (c *cluster) URL() string {
+	var u []string
+	for _, s := range c.nodes {
+		u = append(u, s.URL())
+	}
+	return strings.Join(u, ",")
+}
+
+// leader returns the index of the node that leads stream.
+func (c *cluster) leader(t *testing.T, js jetstream.JetStream, stream string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("stream %s: %v", stream, err)
+	}
+	info := s.CachedInfo()
+	if info.Cluster == nil {
+		t.Fatalf("stream %s has no cluster info", stream)
+	}
+	if len(info.Cluster.Replicas)+1 != 3 {
+		t.Fatalf("stream %s: leader %s and %d replicas, want 3 in all", stream, info.Cluster.Leader, len(info.Cluster.Replicas))
+	}
+	for i, n := range c.names {
+		if n == info.Cluster.Leader {
+			return i
+		}
+	}
+	t.Fatalf("stream %s: leader %q is none of %v", stream, info.Cluster.Leader, c.names)
+	return -1
+}
+
+// holding returns the index of the node a client connection named name
+// is on (its connz), waiting for it.
+func (c *cluster) holding(t *testing.T, name string) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, port := range c.monitors {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/connz", port))
+			if err != nil {
+				continue
+			}
+			var connz struct {
+				Connections []struct {
+					Name string `json:"name"`
+				} `json:"connections"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&connz)
+			resp.Body.Close()
+			if err != nil {
+				continue
+			}
+			for _, conn := range connz.Connections {
+				if conn.Name == name {
+					return i
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no node holds a connection named %q", name)
+	return -1
+}
+
+// moveLeader makes node to the leader of stream: the leader steps down
+// until the election falls on it.
+func (c *cluster) moveLeader(t *testing.T, nc *nats.Conn, js jetstream.JetStream, stream string, to int) {
+	t.Helper()
+	for range 20 {
+		cur := c.leader(t, js, stream)
+		if cur == to {
+			return
+		}
+		if _, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil, 5*time.Second); err != nil {
+			t.Logf("stepping %s down: %v", stream, err)
+		}
+		waitFor(t, 20*time.Second, "a new leader of "+stream, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			s, err := js.Stream(ctx, stream)
+			return err == nil && s.CachedInfo().Cluster != nil && s.CachedInfo().Cluster.Leader != "" && s.CachedInfo().Cluster.Leader != c.names[cur]
+		})
+	}
+	t.Fatalf("%s did not come to lead %s in 20 elections", c.names[to], stream)
+}
+
+// publishUntilCommitted commits roster generation gen, whose names are
+// want and whose change from the last one is d, retrying against
+// whichever server leads now: a delta first; whole when a failed attempt
+// left writes no commit covers (ErrNotClean) or the delta's base is
+// unknown. An attempt whose acknowledgement was lost but that committed
+// is told by ErrStale with gen committed.
+func publishUntilCommitted(ctx context.Context, p *Publisher, gen uint64, want map[string][]netip.Addr, d Delta) (attempts int, err error) {
+	whole := false
+	for ctx.Err() == nil {
+		attempts++
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var res Result
+		if whole {
+			res, err = p.PublishRoster(actx, &spec.Roster{Generation: gen, Zones: []string{"internal"}, Names: want})
+		} else {
+			d.Generation = gen
+			res, err = p.PublishDelta(actx, d)
+		}
+		cancel()
+		switch {
+		case err == nil:
+			return attempts, nil
+		case errors.Is(err, ErrStale) && res.Previous >= gen:
+			return attempts, nil // an earlier attempt committed it
+		case errors.Is(err, ErrStale) && !whole:
+			whole = true // a lost commit's CAS: compare whole
+		case errors.Is(err, ErrNotClean):
+			whole = true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return attempts, fmt.Errorf("roster generation %d: %w (last: %v)", gen, ctx.Err(), err)
+}
+
+// TestClusterStreamLeaderKilled: on a three-node cluster with
+// three-replica buckets, the roster stream's leader is killed (SIGKILL)
+// while the controller commits a roster change every few milliseconds
+// and an agent's watcher, given every node's URL, follows. Every roster
+// the watcher applies is exactly the one committed under its generation
+// (none partial), generations only rise (none reordered), and it ends on
+// the last one committed (none lost), with the machine's declaration.
+func TestClusterStreamLeaderKilled(t *testing.T) {
+	c := startCluster(t)
+	l := LayoutFor(DefaultPrefix)
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	p, err := NewPublisher(nc, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := p.EnsureReplicatedBuckets(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(t)
+	r := roster(200)
+	rec.expect(1, r)
+	publishRoster(t, p, 1, r)
+	decl := &spec.Declaration{Schema: 1, Machine: "ace", Generation: 1, MeshNames: spec.FlagOff,
+		Roster:     &spec.Roster{Generation: 1, Names: map[string][]netip.Addr{}},
+		Containers: []spec.Container{{Name: "app", Image: "busybox"}}}
+	if _, err := p.PublishDeclaration(ctx, decl); err != nil {
+		t.Fatal(err)
+	}
+	w := startWatcher(t, Config{Server: Server{URL: c.URL(), Name: "watcher ace"}, Layout: l, Machine: "ace", Sink: rec, OnChange: rec.onChange, Patience: 5 * time.Second})
+	waitFor(t, 30*time.Second, "the watcher reading generation 1", func() bool { return rec.last() == 1 })
+
+	const last = 80
+	var committed atomic.Uint64
+	committed.Store(1)
+	var final map[string][]netip.Addr
+	done := make(chan error, 1)
+	go func() {
+		rng := rand.New(rand.NewPCG(7, 25))
+		cur := r
+		for gen := uint64(2); gen <= last; gen++ {
+			next, d := change(rng, cur, 5, 400)
+			rec.expect(gen, next)
+			n, err := publishUntilCommitted(ctx, p, gen, next, d)
+			if err != nil {
+				done <- err
+				return
+			}
+			if n > 1 {
+				t.Logf("roster generation %d committed after %d attempts", gen, n)
+			}
+			cur = next
+			committed.Store(gen)
+			time.Sleep(20 * time.Millisecond)
+		}
+		final = cur
+		done <- nil
+	}()
+
+	waitFor(t, time.Minute, "the controller committing generation 20", func() bool { return committed.Load() >= 20 })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The node the watcher reads from leads the roster stream: its death
+	// takes both the leader and the watcher's connection.
+	leader := c.holding(t, "watcher ace")
+	c.moveLeader(t, nc, js, "KV_"+l.Roster, leader)
+	t.Logf("killing %s, the leader of KV_%s and the watcher's server, at generation %d", c.names[leader], l.Roster, committed.Load())
+	c.nodes[leader].kill()
+	if again := c.holding(t, "watcher ace"); again == leader {
+		t.Fatalf("the watcher is on %s, which was killed", c.names[again])
+	}
+
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the watcher applying the last generation", func() bool { return rec.last() == last })
+	rec.check()
+	rec.mu.Lock()
+	got := rec.decls[len(rec.decls)-1]
+	rec.mu.Unlock()
+	if got.Roster.Generation != last || got.Generation != 1 {
+		t.Errorf("the sink holds declaration %d with roster %d, want 1 with %d", got.Generation, got.Roster.Generation, last)
+	}
+	if diff := cmp.Diff(final, got.Roster.Names, addrCmp); diff != "" {
+		t.Errorf("the sink's roster, generation %d, unlike the one committed (-committed +sink):\n%s", last, diff)
+	}
+	if err := w.Health(); err != nil {
+		t.Errorf("Health after the leader's death = %v", err)
+	}
+	rec.mu.Lock()
+	t.Logf("the watcher applied %d generations of %d (%d read whole)", len(rec.gens), last, rec.full)
+	rec.mu.Unlock()
+}
