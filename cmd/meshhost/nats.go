@@ -134,6 +134,7 @@ func definePublish(env *environment, fs *flag.FlagSet) runner {
 	fs.Var(&decls, "declaration", "a machine's declaration `file` to publish (repeatable); its roster is published first unless --roster is given")
 	output := fs.String("output", "text", "output format: text or json")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	replicas := fs.Int("nats-replicas", 1, "servers of a JetStream cluster that store each bucket publish creates (3 or 5 keep every acknowledged write when a server dies); a bucket that exists keeps its own")
 	printPerms := fs.Bool("print-permissions", false, "print the nats-server accounts configuration in which the controller writes and each machine named as an argument reads the roster and its own declaration only; publish nothing")
 	return func(ctx context.Context, args []string) (int, error) {
 		if *printPerms {
@@ -169,7 +170,7 @@ func definePublish(env *environment, fs *flag.FlagSet) runner {
 		if err != nil {
 			return 1, err
 		}
-		if err := p.EnsureBuckets(ctx); err != nil {
+		if err := p.EnsureReplicatedBuckets(ctx, *replicas); err != nil {
 			return 1, err
 		}
 		type machineResult struct {
