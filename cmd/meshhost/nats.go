@@ -170,7 +170,9 @@ func definePublish(env *environment, fs *flag.FlagSet) runner {
 		if err != nil {
 			return 1, err
 		}
-		if err := p.EnsureReplicatedBuckets(ctx, *replicas); err != nil {
+		// Each step is retried while the servers cannot answer for now (a
+		// cluster electing a stream leader), until --timeout.
+		if err := natssource.Retry(ctx, func(ctx context.Context) error { return p.EnsureReplicatedBuckets(ctx, *replicas) }); err != nil {
 			return 1, err
 		}
 		type machineResult struct {
@@ -183,11 +185,12 @@ func definePublish(env *environment, fs *flag.FlagSet) runner {
 			Machines []machineResult   `json:"machines"`
 		}{Machines: []machineResult{}}
 		// The roster first: a container declared next may need a new name.
-		if out.Roster, err = p.PublishRoster(ctx, roster); err != nil {
+		if err := natssource.Retry(ctx, func(ctx context.Context) (err error) { out.Roster, err = p.PublishRoster(ctx, roster); return err }); err != nil {
 			return 1, fmt.Errorf("publishing the roster: %w", err)
 		}
 		for _, d := range parsed {
-			rev, err := p.PublishDeclaration(ctx, d)
+			var rev uint64
+			err := natssource.Retry(ctx, func(ctx context.Context) (err error) { rev, err = p.PublishDeclaration(ctx, d); return err })
 			if err != nil {
 				return 1, fmt.Errorf("publishing the declaration of %s: %w", d.Machine, err)
 			}

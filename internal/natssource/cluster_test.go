@@ -294,3 +294,68 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 	t.Logf("the watcher applied %d generations of %d (%d read whole)", len(rec.gens), last, rec.full)
 	rec.mu.Unlock()
 }
+
+// TestClusterPublishRetriesAgainstNewLeader: right after the roster
+// stream's leader is killed, a publish through Retry (as meshhost publish
+// does) commits once a new leader is elected, within seconds; a single
+// attempt bounded only by the publish's whole timeout waited for all of
+// it (no server answers a request to a stream without a leader).
+func TestClusterPublishRetriesAgainstNewLeader(t *testing.T) {
+	c := startCluster(t)
+	l := LayoutFor(DefaultPrefix)
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	p, err := NewPublisher(nc, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := p.EnsureReplicatedBuckets(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	publishRoster(t, p, 1, roster(50))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for gen := uint64(2); gen <= 3; gen++ {
+		leader := c.leader(t, js, "KV_"+l.Roster)
+		c.nodes[leader].kill()
+		start := time.Now()
+		attempts := 0
+		err := Retry(ctx, func(actx context.Context) error {
+			attempts++
+			_, err := p.PublishRoster(actx, &spec.Roster{Generation: gen, Zones: []string{"internal"}, Names: roster(50 + int(gen))})
+			if err != nil {
+				t.Logf("generation %d, attempt %d: %v (transient: %v)", gen, attempts, err, Transient(err))
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("publishing generation %d after %s, the leader, died: %v", gen, c.names[leader], err)
+		}
+		t.Logf("generation %d committed %s after %s died, in %d attempts", gen, time.Since(start).Round(time.Millisecond), c.names[leader], attempts)
+		if d := time.Since(start); d > 45*time.Second {
+			t.Errorf("generation %d took %s to commit after the leader died", gen, d)
+		}
+		c.nodes[leader].start() // the cluster of three again
+		waitFor(t, time.Minute, "the restarted node current again", func() bool {
+			tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			s, err := js.Stream(tctx, "KV_"+l.Roster)
+			if err != nil || s.CachedInfo().Cluster == nil {
+				return false
+			}
+			for _, r := range s.CachedInfo().Cluster.Replicas {
+				if !r.Current {
+					return false
+				}
+			}
+			return len(s.CachedInfo().Cluster.Replicas) == 2
+		})
+	}
+}
