@@ -277,10 +277,15 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Minute, "the watcher applying the last generation", func() bool { return rec.last() == last })
+	// OnChange is told before the sink takes the roster.
+	var got *spec.Declaration
+	waitFor(t, 10*time.Second, "the sink taking the last generation", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		got = rec.decls[len(rec.decls)-1]
+		return got.Roster.Generation == last
+	})
 	rec.check()
-	rec.mu.Lock()
-	got := rec.decls[len(rec.decls)-1]
-	rec.mu.Unlock()
 	if got.Roster.Generation != last || got.Generation != 1 {
 		t.Errorf("the sink holds declaration %d with roster %d, want 1 with %d", got.Generation, got.Roster.Generation, last)
 	}
