@@ -231,15 +231,19 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 	w := startWatcher(t, Config{Server: Server{URL: c.URL(), Name: "watcher ace"}, Layout: l, Machine: "ace", Sink: rec, OnChange: rec.onChange, Patience: 5 * time.Second})
 	waitFor(t, 30*time.Second, "the watcher reading generation 1", func() bool { return rec.last() == 1 })
 
-	const last = 80
-	var committed atomic.Uint64
+	// The controller commits until 30 generations after the kill.
+	var committed, killedAt atomic.Uint64
 	committed.Store(1)
 	var final map[string][]netip.Addr
+	var last uint64
 	done := make(chan error, 1)
 	go func() {
 		rng := rand.New(rand.NewPCG(7, 25))
 		cur := r
-		for gen := uint64(2); gen <= last; gen++ {
+		for gen := uint64(2); ; gen++ {
+			if k := killedAt.Load(); k > 0 && gen > k+30 {
+				break
+			}
 			next, d := change(rng, cur, 5, 400)
 			rec.expect(gen, next)
 			n, err := publishUntilCommitted(ctx, p, gen, next, d)
@@ -254,11 +258,16 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 			committed.Store(gen)
 			time.Sleep(20 * time.Millisecond)
 		}
-		final = cur
+		final, last = cur, committed.Load()
 		done <- nil
 	}()
 
 	waitFor(t, time.Minute, "the controller committing generation 20", func() bool { return committed.Load() >= 20 })
+	select {
+	case err := <-done:
+		t.Fatalf("the controller stopped before the kill: %v", err)
+	default:
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -269,6 +278,7 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 	c.moveLeader(t, nc, js, "KV_"+l.Roster, leader)
 	t.Logf("killing %s, the leader of KV_%s and the watcher's server, at generation %d", c.names[leader], l.Roster, committed.Load())
 	c.nodes[leader].kill()
+	killedAt.Store(max(committed.Load(), 1))
 	if again := c.holding(t, "watcher ace"); again == leader {
 		t.Fatalf("the watcher is on %s, which was killed", c.names[again])
 	}
@@ -296,7 +306,7 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 		t.Errorf("Health after the leader's death = %v", err)
 	}
 	rec.mu.Lock()
-	t.Logf("the watcher applied %d generations of %d (%d read whole)", len(rec.gens), last, rec.full)
+	t.Logf("the watcher applied %d generations of %d (%d read whole); the leader was killed at generation %d", len(rec.gens), last, rec.full, killedAt.Load())
 	rec.mu.Unlock()
 }
 
