@@ -374,3 +374,61 @@ func TestClusterPublishRetriesAgainstNewLeader(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterRestartedWhole: every node of the cluster is killed at once
+// and started again, on the same ports and stores, while an agent's
+// watcher, given every node's URL, waits. The roster in force stays
+// meanwhile; afterwards the watcher reconnects by itself, applies the
+// next commit exactly as committed, and is healthy.
+func TestClusterRestartedWhole(t *testing.T) {
+	c := startCluster(t)
+	l := LayoutFor(DefaultPrefix)
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	p, err := NewPublisher(nc, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := p.EnsureReplicatedBuckets(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(t)
+	r := roster(100)
+	rec.expect(1, r)
+	publishRoster(t, p, 1, r)
+	w := startWatcher(t, Config{Server: Server{URL: c.URL()}, Layout: l, OnChange: rec.onChange, Patience: 2 * time.Second})
+	waitFor(t, 30*time.Second, "the watcher reading generation 1", func() bool { return rec.last() == 1 })
+
+	for _, s := range c.nodes {
+		s.kill()
+	}
+	waitFor(t, 20*time.Second, "the watcher reporting the cluster unreachable", func() bool { return w.Health() != nil })
+	if g := w.Generation(); g != 1 {
+		t.Fatalf("generation in force while the cluster is down: %d, want 1", g)
+	}
+	errs := make(chan error, len(c.nodes))
+	for _, s := range c.nodes {
+		go func() { errs <- s.startE() }()
+	}
+	for range c.nodes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r2, d := change(rand.New(rand.NewPCG(25, 3)), r, 10, 200)
+	rec.expect(2, r2)
+	if n, err := publishUntilCommitted(ctx, p, 2, r2, d); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Logf("generation 2 committed after the restart in %d attempts", n)
+	}
+	waitFor(t, time.Minute, "the watcher applying generation 2 after the restart", func() bool { return rec.last() == 2 })
+	rec.check()
+	waitFor(t, 20*time.Second, "the watcher healthy again", func() bool { return w.Health() == nil })
+}
