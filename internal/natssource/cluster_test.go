@@ -30,7 +30,11 @@ type cluster struct {
 	monitors []int    // each node's monitoring port
 }
 
-func startCluster(t *testing.T) *cluster {
+func startCluster(t *testing.T) *cluster { return startClusterConf(t, "") }
+
+// startClusterConf starts a cluster whose nodes' cluster blocks have
+// more lines.
+func startClusterConf(t *testing.T, more string) *cluster {
 	t.Helper()
 	bin := needNATS(t, "MESHHOST_NATS_SERVER")
 	c := &cluster{}
@@ -47,8 +51,8 @@ func startCluster(t *testing.T) *cluster {
 		name := fmt.Sprintf("n%d", i+1)
 		monitor := freePort(t)
 		c.monitors = append(c.monitors, monitor)
-		conf := fmt.Sprintf("server_name: %s\nhttp: 127.0.0.1:%d\ncluster {\n  name: meshhost-test\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n",
-			name, monitor, routes[i], strings.Join(routeURLs, ", "))
+		conf := fmt.Sprintf("server_name: %s\nhttp: 127.0.0.1:%d\ncluster {\n  name: meshhost-test\n  listen: 127.0.0.1:%d\n  routes: [%s]\n%s}\n",
+			name, monitor, routes[i], strings.Join(routeURLs, ", "), more)
 		path := filepath.Join(dir, "server.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
@@ -107,11 +111,17 @@ func (c *cluster) leader(t *testing.T, js jetstream.JetStream, stream string) in
 
 // holding returns the index of the node a client connection named name
 // is on (its connz), waiting for it.
-func (c *cluster) holding(t *testing.T, name string) int {
+func (c *cluster) holding(t *testing.T, name string) int { return c.holdingExcept(t, name, -1) }
+
+// holdingExcept is holding, looking at every node but except.
+func (c *cluster) holdingExcept(t *testing.T, name string, except int) int {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		for i, port := range c.monitors {
+			if i == except {
+				continue
+			}
 			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/connz", port))
 			if err != nil {
 				continue
@@ -431,4 +441,68 @@ func TestClusterRestartedWhole(t *testing.T) {
 	waitFor(t, time.Minute, "the watcher applying generation 2 after the restart", func() bool { return rec.last() == 2 })
 	rec.check()
 	waitFor(t, 20*time.Second, "the watcher healthy again", func() bool { return w.Health() == nil })
+}
+
+// TestClusterWatcherPartitionedFromItsServer: the node an agent's watcher
+// reads from is cut off from it (a black hole: the connection stays open,
+// nothing passes; the node stays in the cluster) while the controller
+// commits. The watcher notices by its pings, within its patience, moves
+// to another node by itself, and applies every commit exactly, in order,
+// up to the last.
+func TestClusterWatcherPartitionedFromItsServer(t *testing.T) {
+	// Clients learn no other URL than the ones they are given: the
+	// watcher's are the proxies'.
+	c := startClusterConf(t, "  no_advertise: true\n")
+	l := LayoutFor(DefaultPrefix)
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	p, err := NewPublisher(nc, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := p.EnsureReplicatedBuckets(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	var proxies []*proxy
+	var urls []string
+	for _, s := range c.nodes {
+		px := newProxy(t, s.URL())
+		proxies = append(proxies, px)
+		urls = append(urls, px.URL())
+	}
+	rec := newRecorder(t)
+	r := roster(100)
+	rec.expect(1, r)
+	publishRoster(t, p, 1, r)
+	const patience = 2 * time.Second
+	w := startWatcher(t, Config{Server: Server{URL: strings.Join(urls, ","), Name: "watcher ace"}, Layout: l, OnChange: rec.onChange, Patience: patience})
+	waitFor(t, 30*time.Second, "the watcher reading generation 1", func() bool { return rec.last() == 1 })
+
+	on := c.holding(t, "watcher ace")
+	proxies[on].setCut(true)
+	t.Logf("cut the watcher off from %s", c.names[on])
+	rng := rand.New(rand.NewPCG(3, 25))
+	const last = 30
+	for gen := uint64(2); gen <= last; gen++ {
+		next, d := change(rng, r, 5, 300)
+		rec.expect(gen, next)
+		if _, err := publishUntilCommitted(ctx, p, gen, next, d); err != nil {
+			t.Fatal(err)
+		}
+		r = next
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitFor(t, 3*patience+20*time.Second, "the watcher applying the last generation from another node", func() bool { return rec.last() == last })
+	rec.check()
+	// The cut node may list the black-holed connection until its own
+	// pings give up; the watcher's live one is on another.
+	t.Logf("the watcher moved to %s", c.names[c.holdingExcept(t, "watcher ace", on)])
+	if err := w.Health(); err != nil {
+		t.Errorf("Health after moving to another node = %v", err)
+	}
 }
