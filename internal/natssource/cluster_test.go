@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
@@ -18,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshhost/meshhost/spec"
 )
@@ -238,10 +240,11 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 	if _, err := p.PublishDeclaration(ctx, decl); err != nil {
 		t.Fatal(err)
 	}
-	w := startWatcher(t, Config{Server: Server{URL: c.URL(), Name: "watcher ace"}, Layout: l, Machine: "ace", Sink: rec, OnChange: rec.onChange, Patience: 5 * time.Second})
+	reg := prometheus.NewRegistry()
+	w := startWatcher(t, Config{Server: Server{URL: c.URL(), Name: "watcher ace"}, Layout: l, Machine: "ace", Sink: rec, OnChange: rec.onChange, Patience: 5 * time.Second, Registerer: reg})
 	waitFor(t, 30*time.Second, "the watcher reading generation 1", func() bool { return rec.last() == 1 })
 
-	// The controller commits until 30 generations after the kill.
+	// The controller commits until 30 generations after the kill ...
 	var committed, killedAt atomic.Uint64
 	committed.Store(1)
 	var final map[string][]netip.Addr
@@ -251,7 +254,9 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, 25))
 		cur := r
 		for gen := uint64(2); ; gen++ {
-			if k := killedAt.Load(); k > 0 && gen > k+30 {
+			// ... and the watcher applied a commit after the kill while
+			// the controller still commits.
+			if k := killedAt.Load(); k > 0 && gen > k+30 && rec.last() > k+1 {
 				break
 			}
 			next, d := change(rng, cur, 5, 400)
@@ -289,6 +294,9 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 	t.Logf("killing %s, the leader of KV_%s and the watcher's server, at generation %d", c.names[leader], l.Roster, committed.Load())
 	c.nodes[leader].kill()
 	killedAt.Store(max(committed.Load(), 1))
+	if name, _ := w.Server(); name != c.names[leader] {
+		t.Errorf("before the kill, Watcher.Server() = %q, want %q (connz)", name, c.names[leader])
+	}
 	if again := c.holding(t, "watcher ace"); again == leader {
 		t.Fatalf("the watcher is on %s, which was killed", c.names[again])
 	}
@@ -314,6 +322,35 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 	}
 	if err := w.Health(); err != nil {
 		t.Errorf("Health after the leader's death = %v", err)
+	}
+	// Readiness and metrics name the server it reads from now, and say it
+	// is caught up.
+	now := c.names[c.holdingExcept(t, "watcher ace", leader)]
+	if name, url := w.Server(); name != now || url != c.nodes[c.holdingExcept(t, "watcher ace", leader)].URL() {
+		t.Errorf("Watcher.Server() = %q, %q; want %q, %q", name, url, now, c.nodes[c.holdingExcept(t, "watcher ace", leader)].URL())
+	}
+	live := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "meshhost_natssource_server_info" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "server" {
+					live[lp.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	if want := map[string]float64{now: 1}; !maps.Equal(live, want) {
+		t.Errorf("meshhost_natssource_server_info by server = %v, want %v", live, want)
+	}
+	if b := gaugeValue(t, reg, "meshhost_natssource_behind_revisions"); b != 0 {
+		t.Errorf("meshhost_natssource_behind_revisions = %v once caught up, want 0", b)
 	}
 	rec.mu.Lock()
 	t.Logf("the watcher applied %d generations of %d (%d read whole); the leader was killed at generation %d", len(rec.gens), last, rec.full, killedAt.Load())
