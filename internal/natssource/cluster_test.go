@@ -32,11 +32,12 @@ type cluster struct {
 	monitors []int    // each node's monitoring port
 }
 
-func startCluster(t *testing.T) *cluster { return startClusterConf(t, "") }
+func startCluster(t *testing.T) *cluster { return startClusterConf(t, "", "", nil) }
 
 // startClusterConf starts a cluster whose nodes' cluster blocks have
-// more lines.
-func startClusterConf(t *testing.T, more string) *cluster {
+// more lines, and their configurations top; connect are the options the
+// test's readiness check connects with.
+func startClusterConf(t *testing.T, more, top string, connect []nats.Option) *cluster {
 	t.Helper()
 	bin := needNATS(t, "MESHHOST_NATS_SERVER")
 	c := &cluster{}
@@ -54,12 +55,12 @@ func startClusterConf(t *testing.T, more string) *cluster {
 		monitor := freePort(t)
 		c.monitors = append(c.monitors, monitor)
 		conf := fmt.Sprintf("server_name: %s\nhttp: 127.0.0.1:%d\ncluster {\n  name: meshhost-test\n  listen: 127.0.0.1:%d\n  routes: [%s]\n%s}\n",
-			name, monitor, routes[i], strings.Join(routeURLs, ", "), more)
+			name, monitor, routes[i], strings.Join(routeURLs, ", "), more) + top
 		path := filepath.Join(dir, "server.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		s := &ownServer{t: t, bin: bin, dir: dir, port: freePort(t), extra: []string{"--config", path}}
+		s := &ownServer{t: t, bin: bin, dir: dir, port: freePort(t), extra: []string{"--config", path}, connect: connect}
 		c.nodes = append(c.nodes, s)
 		c.names = append(c.names, name)
 		t.Cleanup(s.kill)
@@ -489,7 +490,7 @@ func TestClusterRestartedWhole(t *testing.T) {
 func TestClusterWatcherPartitionedFromItsServer(t *testing.T) {
 	// Clients learn no other URL than the ones they are given: the
 	// watcher's are the proxies'.
-	c := startClusterConf(t, "  no_advertise: true\n")
+	c := startClusterConf(t, "  no_advertise: true\n", "", nil)
 	l := LayoutFor(DefaultPrefix)
 	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
@@ -541,5 +542,100 @@ func TestClusterWatcherPartitionedFromItsServer(t *testing.T) {
 	t.Logf("the watcher moved to %s", c.names[c.holdingExcept(t, "watcher ace", on)])
 	if err := w.Health(); err != nil {
 		t.Errorf("Health after moving to another node = %v", err)
+	}
+}
+
+// TestClusterPermissions: the permission layout holds on a cluster too
+// (each node's configuration carries Permissions' accounts block): with
+// three-replica buckets, ace's watcher, given every node, reads its
+// declaration with ace's credentials, and ace is refused bay's.
+func TestClusterPermissions(t *testing.T) {
+	l := LayoutFor(DefaultPrefix)
+	conf, err := Permissions(l, []string{"ace", "bay"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(ControllerPasswordVar, "cpw")
+	t.Setenv(MachinePasswordVar("ace"), "apw")
+	t.Setenv(MachinePasswordVar("bay"), "bpw")
+	c := startClusterConf(t, "", string(conf), []nats.Option{nats.UserInfo(ControllerUser, "cpw")})
+	withUser := func(user, pw string) string {
+		var u []string
+		for _, s := range c.nodes {
+			u = append(u, fmt.Sprintf("nats://%s:%s@%s", user, pw, strings.TrimPrefix(s.URL(), "nats://")))
+		}
+		return strings.Join(u, ",")
+	}
+	nc, err := nats.Connect(withUser(ControllerUser, "cpw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	p, err := NewPublisher(nc, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := Retry(ctx, func(ctx context.Context) error { return p.EnsureReplicatedBuckets(ctx, 3) }); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(t)
+	rec.expect(1, roster(10))
+	publishRoster(t, p, 1, roster(10))
+	for _, m := range []string{"ace", "bay"} {
+		d := &spec.Declaration{Schema: 1, Machine: m, Generation: 1, MeshNames: spec.FlagOff,
+			Roster:     &spec.Roster{Generation: 1, Names: map[string][]netip.Addr{}},
+			Containers: []spec.Container{{Name: "app", Image: "busybox", Env: map[string]string{"TOKEN": m + "-secret"}}}}
+		if _, err := p.PublishDeclaration(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startWatcher(t, Config{Server: Server{URL: withUser(MachineUser("ace"), "apw")}, Layout: l, Machine: "ace", Sink: rec, OnChange: rec.onChange})
+	waitFor(t, 30*time.Second, "ace's watcher reading its declaration on the cluster", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.decls) > 0 && rec.decls[len(rec.decls)-1].Machine == "ace"
+	})
+	rec.check()
+
+	ace, err := nats.Connect(withUser(MachineUser("ace"), "apw"), nats.CustomInboxPrefix(InboxPrefix("ace")), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ace.Close()
+	js, err := jetstream.New(ace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, l.Machines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer tcancel()
+	if e, err := kv.Get(tctx, "bay"); err == nil {
+		t.Errorf("on the cluster, ace got bay's declaration: %s", e.Value())
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer wcancel()
+	if kw, err := kv.Watch(wctx, ">"); err == nil {
+		select {
+		case e := <-kw.Updates():
+			if e != nil {
+				t.Errorf("on the cluster, ace watching the machines bucket got %s", e.Key())
+			}
+		case <-wctx.Done():
+		}
+		kw.Stop()
+	}
+	rkv, err := js.KeyValue(ctx, l.Roster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer pcancel()
+	if _, err := rkv.Put(pctx, NameKey("evil.internal"), []byte(`["10.6.6.6"]`)); err == nil {
+		t.Error("on the cluster, ace's write to the roster was taken")
 	}
 }
