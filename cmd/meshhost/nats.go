@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/natssource"
@@ -20,7 +21,8 @@ import (
 )
 
 func init() {
-	register(command{name: "publish", summary: "write a roster and declarations into the NATS JetStream buckets agents watch (what a controller does)", define: definePublish})
+	register(command{name: "publish", summary: "write a roster and declarations into the NATS JetStream buckets agents watch (what a controller does)",
+		use: "[--print-permissions MACHINE...]", args: cobra.ArbitraryArgs, define: definePublish})
 }
 
 // natsFlags are the options of a NATS roster source, shared by the agent
@@ -137,7 +139,15 @@ func definePublish(env *environment, fs *flag.FlagSet) runner {
 	fs.Var(&decls, "declaration", "a machine's declaration `file` to publish (repeatable); its roster is published first unless --roster is given")
 	output := fs.String("output", "text", "output format: text or json")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	replicas := fs.Int("nats-replicas", 1, "servers of a JetStream cluster that store each bucket publish creates (3 or 5 keep every acknowledged write when a server dies); a bucket that exists keeps its own")
+	printPerms := fs.Bool("print-permissions", false, "print the nats-server accounts configuration in which the controller writes and each machine named as an argument reads the roster and its own declaration only; publish nothing")
 	return func(ctx context.Context, args []string) (int, error) {
+		if *printPerms {
+			return printPermissions(env, *nf.prefix, args)
+		}
+		if len(args) > 0 {
+			return exitUsage, usagef("unexpected arguments %q: machines are named only with --print-permissions", args)
+		}
 		if *url == "" {
 			*url = env.getenv("MESHHOST_NATS_URL")
 		}
@@ -165,7 +175,9 @@ func definePublish(env *environment, fs *flag.FlagSet) runner {
 		if err != nil {
 			return 1, err
 		}
-		if err := p.EnsureBuckets(ctx); err != nil {
+		// Each step is retried while the servers cannot answer for now (a
+		// cluster electing a stream leader), until --timeout.
+		if err := natssource.Retry(ctx, func(ctx context.Context) error { return p.EnsureReplicatedBuckets(ctx, *replicas) }); err != nil {
 			return 1, err
 		}
 		type machineResult struct {
@@ -178,11 +190,12 @@ func definePublish(env *environment, fs *flag.FlagSet) runner {
 			Machines []machineResult   `json:"machines"`
 		}{Machines: []machineResult{}}
 		// The roster first: a container declared next may need a new name.
-		if out.Roster, err = p.PublishRoster(ctx, roster); err != nil {
+		if err := natssource.Retry(ctx, func(ctx context.Context) (err error) { out.Roster, err = p.PublishRoster(ctx, roster); return err }); err != nil {
 			return 1, fmt.Errorf("publishing the roster: %w", err)
 		}
 		for _, d := range parsed {
-			rev, err := p.PublishDeclaration(ctx, d)
+			var rev uint64
+			err := natssource.Retry(ctx, func(ctx context.Context) (err error) { rev, err = p.PublishDeclaration(ctx, d); return err })
 			if err != nil {
 				return 1, fmt.Errorf("publishing the declaration of %s: %w", d.Machine, err)
 			}

@@ -106,6 +106,28 @@
 // not the roster. The first declaration, a change of the machine's
 // declaration, and a commit after a gap go whole.
 //
+// # Permissions
+//
+// A machine's credentials need read only the roster and the machine's own
+// declaration; Permissions prints a server configuration (one account,
+// MESHHOST, its users the controller and one per machine) in which that
+// is all they can do (MachinePermissions lists the subjects). Its
+// watcher answers on an inbox of its own, InboxPrefix(machine), the only
+// one its credentials may subscribe to: no machine receives what the
+// server delivers to another. A consumer of the machines bucket can be
+// created only through the API subject that names its filter, the
+// machine's key; the server refuses one whose filter differs. A machine
+// writes nothing. The controller writes both buckets.
+//
+// # Clusters
+//
+// The watcher takes several server URLs (Server.URL, separated by
+// commas) and moves to another when its server dies; the buckets are
+// replicated when created with EnsureReplicatedBuckets (3 replicas keep
+// every acknowledged write when one server dies). A stream whose leader
+// died answers nothing until a new one is elected, seconds later:
+// Retry bounds each request and repeats a publish until it commits.
+//
 // # Server versions
 //
 // Only core JetStream operations are used (stream info, direct get,

@@ -16,6 +16,8 @@ type metrics struct {
 	resumes      prometheus.Counter
 	resyncs      prometheus.Counter
 	panics       prometheus.Counter
+	behind       prometheus.Gauge
+	server       *prometheus.GaugeVec
 	// health returns how long the watch has not been live.
 	health func() time.Duration
 	// refused returns how long commits have been refused without one
@@ -52,6 +54,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshhost_natssource_panics_total", Help: "Roster watches that panicked (a bug, in the watcher or its sink); recovered: the roster in force stays, and the buckets are read whole again.",
 		}),
+		behind: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_natssource_behind_revisions", Help: "Revisions of the roster bucket past the last one the watch read, as its server last counted them; 0 when caught up.",
+		}),
+		server: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meshhost_natssource_server_info", Help: "The NATS server the watch reads from (its name and URL, without credentials): 1 while live, 0 once cut off from it.",
+		}, []string{"server", "url"}),
 	}
 	for _, r := range []string{"applied", reasonStale, reasonInvalid, reasonInconsistent} {
 		m.commits.WithLabelValues(r)
@@ -78,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 		return m.refused().Seconds()
 	})
-	for _, c := range []prometheus.Collector{m.connected, m.rosterGen, m.rosterRev, m.declaration, m.commits, m.declarations, m.resumes, m.resyncs, m.panics, unreachable, refused} {
+	for _, c := range []prometheus.Collector{m.connected, m.rosterGen, m.rosterRev, m.declaration, m.commits, m.declarations, m.resumes, m.resyncs, m.panics, m.behind, m.server, unreachable, refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -50,8 +50,19 @@ func NewPublisher(nc *nats.Conn, layout Layout) (*Publisher, error) {
 }
 
 // EnsureBuckets creates the buckets when they do not exist (file storage,
-// History values per key).
+// History values per key, one replica).
 func (p *Publisher) EnsureBuckets(ctx context.Context) error {
+	return p.EnsureReplicatedBuckets(ctx, 1)
+}
+
+// EnsureReplicatedBuckets creates the buckets when they do not exist, as
+// EnsureBuckets, each stored on replicas servers of a JetStream cluster
+// (3 or 5 keep every acknowledged write when one or two servers die). A
+// bucket that exists keeps its replicas.
+func (p *Publisher) EnsureReplicatedBuckets(ctx context.Context, replicas int) error {
+	if replicas < 1 {
+		return fmt.Errorf("bucket replicas %d: want 1 or more", replicas)
+	}
 	for _, b := range []string{p.layout.Roster, p.layout.Machines} {
 		_, err := p.js.KeyValue(ctx, b)
 		if err == nil {
@@ -61,7 +72,7 @@ func (p *Publisher) EnsureBuckets(ctx context.Context) error {
 			return fmt.Errorf("opening bucket %s: %w", b, err)
 		}
 		_, err = p.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: b, History: History, Storage: jetstream.FileStorage,
+			Bucket: b, History: History, Storage: jetstream.FileStorage, Replicas: replicas,
 			Description: "meshhost: see the natssource package documentation",
 		})
 		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {

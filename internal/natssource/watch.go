@@ -117,6 +117,8 @@ type Watcher struct {
 	// delivered is what the sink last took: a roster change from its
 	// roster generation, with its declaration generation, is a delta.
 	delivered delivery
+	// server is the server the watch reads from (name, URL redacted).
+	server [2]string
 }
 
 // delivery is a declaration the sink took; zero when none (or refused).
@@ -216,6 +218,27 @@ func (w *Watcher) setLive() {
 	w.metrics.connected.Set(1)
 }
 
+// Server returns the name and URL (without credentials) of the server
+// the watch reads from, or last read from; empty before the first watch.
+func (w *Watcher) Server() (name, url string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.server[0], w.server[1]
+}
+
+// setServer records the server a live watch reads from.
+func (w *Watcher) setServer(nc *nats.Conn) {
+	cur := [2]string{nc.ConnectedServerName(), RedactURL(nc.ConnectedUrlRedacted())}
+	w.mu.Lock()
+	prev := w.server
+	w.server = cur
+	w.mu.Unlock()
+	if prev != cur && prev != ([2]string{}) {
+		w.metrics.server.DeleteLabelValues(prev[0], prev[1])
+	}
+	w.metrics.server.WithLabelValues(cur[0], cur[1]).Set(1)
+}
+
 func (w *Watcher) setDown(err error) {
 	if h := w.health.Load(); h.down.IsZero() {
 		w.health.Store(&healthState{down: time.Now(), err: err})
@@ -223,6 +246,12 @@ func (w *Watcher) setDown(err error) {
 		w.health.Store(&healthState{down: h.down, err: err})
 	}
 	w.metrics.connected.Set(0)
+	w.mu.Lock()
+	cur := w.server
+	w.mu.Unlock()
+	if cur != ([2]string{}) {
+		w.metrics.server.WithLabelValues(cur[0], cur[1]).Set(0)
+	}
 }
 
 func (w *Watcher) poke() {
@@ -245,7 +274,13 @@ var (
 // watcher, its Sink or OnChange) is recovered (see safeSession): Run goes
 // on.
 func (w *Watcher) Run(ctx context.Context) error {
-	nc, err := w.cfg.Server.Connect(append(watchOptions(w.cfg.Patience),
+	opts := watchOptions(w.cfg.Patience)
+	if w.cfg.Machine != "" {
+		// Answers and deliveries to this machine's inbox alone, which its
+		// credentials may read (see Permissions).
+		opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(w.cfg.Machine)))
+	}
+	nc, err := w.cfg.Server.Connect(append(opts,
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err == nil {
 				err = errUnreachable
@@ -409,6 +444,7 @@ func (w *Watcher) session(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 		mentries, mfailed = mf.entries(), mf.failed()
 	}
 	w.setLive()
+	w.setServer(nc)
 
 	tick := time.NewTicker(max(w.cfg.Patience/2, time.Second))
 	defer tick.Stop()
@@ -429,6 +465,7 @@ func (w *Watcher) session(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 		case e := <-rf.entries():
 			progress = true
 			w.observe(e)
+			w.metrics.behind.Set(float64(e.pending))
 			if e.pending == 0 {
 				idle.Stop()
 				if w.evaluate(true) {
@@ -552,6 +589,9 @@ func (w *Watcher) stalled(ctx context.Context, kv jetstream.KeyValue, progress b
 	suspect := w.suspect
 	w.suspect = nil
 	w.mu.Unlock()
+	if last >= read {
+		w.metrics.behind.Set(float64(last - read))
+	}
 	if last != read {
 		return fmt.Errorf("the watch of bucket %s stalled at revision %d; the bucket is at %d", w.cfg.Layout.Roster, read, last)
 	}
