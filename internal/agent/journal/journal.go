@@ -195,27 +195,76 @@ func (e Entry) String() string {
 	if r := e.Roster; r != nil {
 		return fmt.Sprintf("%s roster %d (declaration %d)", ts, r.RosterGeneration, r.Generation) + namesChanged(r.RosterDiff, true)
 	}
-	p := e.Pass
-	counts := map[string]int{}
-	failed := 0
+	return e.Pass.String(ts)
+}
+
+// String summarizes p on one line, after ts: what it did, then what it
+// deferred, froze and failed of its plan, each counted by kind, never
+// one for the other (a pass whose every action the budget deferred did
+// nothing), then a hold it met or released.
+func (p *PassEntry) String(ts string) string {
+	var did, deferred, frozen, failed []Action
 	for _, a := range p.Actions {
-		counts[a.Kind]++
-		if a.Err != "" {
-			failed++
+		switch {
+		case a.Err != "":
+			failed = append(failed, a)
+		case a.Deferred:
+			deferred = append(deferred, a)
+		case a.Frozen:
+			frozen = append(frozen, a)
+		default:
+			did = append(did, a)
 		}
+	}
+	s := fmt.Sprintf("%s pass %d:", ts, p.Seq)
+	for i, h := range p.Holds {
+		if i > 0 {
+			s += ";"
+		}
+		s += fmt.Sprintf(" %s (%s releases it)", h, h.Command())
+	}
+	if len(p.Holds) > 0 && (len(p.Actions) > 0 || p.Stopped()) {
+		s += ";"
+	}
+	switch {
+	case p.Stopped():
+		s += " nothing applied"
+	case len(did) == 0 && len(p.Actions) > 0:
+		s += " did nothing"
+	case len(did) > 0:
+		s += " did " + byKind(did)
+	}
+	if len(p.Actions) > 0 || len(p.Holds) == 0 {
+		s += fmt.Sprintf(" in %v", p.Duration.Round(time.Millisecond))
+	}
+	if len(deferred) > 0 {
+		s += "; deferred by the budget: " + byKind(deferred)
+	} else if p.Deferred > 0 {
+		s += fmt.Sprintf("; %d deferred", p.Deferred)
+	}
+	if len(frozen) > 0 {
+		s += "; frozen: " + byKind(frozen)
+	}
+	if len(failed) > 0 {
+		s += "; failed: " + byKind(failed)
+	}
+	for _, r := range p.Released {
+		s += "; released: " + r.String()
+	}
+	return s
+}
+
+// byKind counts actions by kind: "2 create, 1 replace".
+func byKind(actions []Action) string {
+	counts := map[string]int{}
+	for _, a := range actions {
+		counts[a.Kind]++
 	}
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
 	}
-	s := fmt.Sprintf("%s pass %d: %s in %v", ts, p.Seq, strings.Join(parts, ", "), p.Duration.Round(time.Millisecond))
-	if p.Deferred > 0 {
-		s += fmt.Sprintf(", %d deferred", p.Deferred)
-	}
-	if failed > 0 {
-		s += fmt.Sprintf(", %d failed", failed)
-	}
-	return s
+	return strings.Join(parts, ", ")
 }
 
 // namesChanged says what d changed, after an entry's summary; always
