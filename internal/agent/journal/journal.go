@@ -234,7 +234,8 @@ func (p *PassEntry) String(ts string) string {
 	case len(did) > 0:
 		s += " did " + byKind(did)
 	}
-	if len(p.Actions) > 0 || len(p.Holds) == 0 {
+	bare := len(p.Actions) == 0 && len(p.Holds) == 0 && len(p.Released) > 0
+	if !bare && (len(p.Actions) > 0 || len(p.Holds) == 0) {
 		s += fmt.Sprintf(" in %v", p.Duration.Round(time.Millisecond))
 	}
 	if len(deferred) > 0 {
@@ -248,8 +249,12 @@ func (p *PassEntry) String(ts string) string {
 	if len(failed) > 0 {
 		s += "; failed: " + byKind(failed)
 	}
-	for _, r := range p.Released {
-		s += "; released: " + r.String()
+	for i, r := range p.Released {
+		sep := "; "
+		if bare && i == 0 {
+			sep = " "
+		}
+		s += sep + r.Released()
 	}
 	return s
 }

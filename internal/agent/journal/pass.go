@@ -76,6 +76,19 @@ func (h Hold) Command() string {
 	return ""
 }
 
+// Released says that h was released, for the history.
+func (h Hold) Released() string {
+	switch h.Kind {
+	case HoldDeclaration:
+		return fmt.Sprintf("declaration %d released (approved, or no longer held)", h.Generation)
+	case HoldRoster:
+		return fmt.Sprintf("roster hold released (roster %d accepted, or superseded)", h.Generation)
+	case HoldFrozen:
+		return "unfrozen"
+	}
+	return h.Kind + " released"
+}
+
 // String says what h holds, for the history.
 func (h Hold) String() string {
 	switch h.Kind {
