@@ -105,7 +105,6 @@ func (h Hold) String() string {
 	return h.Kind + " held"
 }
 
-
 // Action is one action of a pass.
 type Action struct {
 	Kind      string        `json:"kind"`
