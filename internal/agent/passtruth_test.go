@@ -103,7 +103,7 @@ func TestPassNumberIsOneEverywhere(t *testing.T) {
 	jdir := t.TempDir()
 	j := openTruthJournal(t, jdir)
 	f, logs := truthFixture(t, j, 100, 0)
-	f.push(t, truthDecl(1, 2, "a")) // pass 1: two creates
+	f.push(t, truthDecl(1, 2, "a"))              // pass 1: two creates
 	if _, err := f.agent.Pass(ctx); err != nil { // pass 2: keeps, not journalled
 		t.Fatal(err)
 	}
