@@ -203,6 +203,18 @@ func (e Entry) String() string {
 // one for the other (a pass whose every action the budget deferred did
 // nothing), then a hold it met or released.
 func (p *PassEntry) String(ts string) string {
+	return fmt.Sprintf("%s pass %d:", ts, p.Seq) + p.describe(true)
+}
+
+// Summary says what p did, as String does, without its time, number and
+// duration: "did nothing; deferred by the budget: 3 replace".
+func (p *PassEntry) Summary() string {
+	return strings.TrimPrefix(p.describe(false), " ")
+}
+
+// describe is String's text after the pass's number, with its duration
+// when dur.
+func (p *PassEntry) describe(dur bool) string {
 	var did, deferred, frozen, failed []Action
 	for _, a := range p.Actions {
 		switch {
@@ -216,7 +228,7 @@ func (p *PassEntry) String(ts string) string {
 			did = append(did, a)
 		}
 	}
-	s := fmt.Sprintf("%s pass %d:", ts, p.Seq)
+	s := ""
 	for i, h := range p.Holds {
 		if i > 0 {
 			s += ";"
@@ -235,7 +247,7 @@ func (p *PassEntry) String(ts string) string {
 		s += " did " + byKind(did)
 	}
 	bare := len(p.Actions) == 0 && len(p.Holds) == 0 && len(p.Released) > 0
-	if !bare && (len(p.Actions) > 0 || len(p.Holds) == 0) {
+	if dur && !bare && (len(p.Actions) > 0 || len(p.Holds) == 0) {
 		s += fmt.Sprintf(" in %v", p.Duration.Round(time.Millisecond))
 	}
 	if len(deferred) > 0 {
@@ -251,7 +263,7 @@ func (p *PassEntry) String(ts string) string {
 	}
 	for i, r := range p.Released {
 		sep := "; "
-		if bare && i == 0 {
+		if (bare || !dur && len(p.Actions) == 0 && len(p.Holds) == 0) && i == 0 {
 			sep = " "
 		}
 		s += sep + r.Released()
