@@ -503,7 +503,7 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	}
 
 	// 4. Remember what was applied.
-	a.recordDeclarationLocked(ctx, head, res)
+	a.recordDeclarationLocked(ctx, head, res, rep.rosterHold)
 	a.metrics.declaration.Set(float64(decl.Generation))
 	return rep, errors.Join(unsaved, res.Err(), a.saver.compact())
 }
@@ -555,7 +555,7 @@ func (a *Agent) afterPass(rep *Report) (err error) {
 // recorded before (from the Source's Changes: what changed, not the
 // roster); before it, the roster changes that came alone
 // (recordRostersLocked).
-func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Head, res *reconcile.Result) {
+func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Head, res *reconcile.Result, rosterHold *RosterHold) {
 	syncs.AssertLocked(&a.mu)
 	decl := head.Declaration
 	changes, ok := a.recordRostersLocked(ctx, head)
@@ -582,7 +582,11 @@ func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Hea
 				diff = journal.Diff{From: decl.Roster.Generation, To: decl.Roster.Generation}
 			}
 		}
-		if _, err := a.cfg.Journal.RecordDeclaration(decl, diff, time.Now()); err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
+		var served uint64 // the roster the guard keeps serving, when it holds this one
+		if h := rosterHold; h != nil && h.Newest == decl.Roster.Generation {
+			served = h.Served
+		}
+		if _, err := a.cfg.Journal.RecordDeclarationServing(decl, diff, time.Now(), served); err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
 			a.log.WarnContext(ctx, "recording the declaration in the journal", "err", err)
 		}
 	}

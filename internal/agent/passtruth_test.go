@@ -16,6 +16,7 @@ import (
 	"github.com/meshhost/meshhost/internal/plumbing/logging"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/spec"
 )
 
 // truthDecl is a declaration of n containers whose env is env, flag off.
@@ -206,6 +207,34 @@ func TestHistoryShowsHoldsAndReleases(t *testing.T) {
 		"declaration 2: roster 2, 2 containers, mesh_names off",
 		"pass 5: frozen (golden) (meshhost unfreeze releases it); nothing applied",
 		"pass 7: unfrozen",
+	}
+	if diff := cmp.Diff(want, historyLines(t, j)); diff != "" {
+		t.Errorf("history (-want +got):\n%s", diff)
+	}
+}
+
+// TestHistoryShowsAHeldRosterAsHeld: a roster the guard holds (it drops
+// too many names at once) is journalled as held, with meshhost roster
+// accept GEN, never as the roster in force; its release (the accept) is
+// an entry of its own, and only then is the roster journalled.
+func TestHistoryShowsAHeldRosterAsHeld(t *testing.T) {
+	ctx := context.Background()
+	j := openTruthJournal(t, t.TempDir())
+	f, _ := truthFixture(t, j, 100, 0)
+	f.push(t, declaration(1, spec.FlagOn, 2, 100))
+	f.push(t, declaration(2, spec.FlagOn, 2, 40)) // 60 names dropped: held
+	if err := AcceptRoster(statedir.New(f.state), 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.agent.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"pass 1: did 2 create in <d>",
+		"declaration 1: roster 1, 2 containers, mesh_names on; names +100 -0 ~0",
+		"pass 2: roster 2 held (roster 1 keeps serving) (meshhost roster accept 2 releases it)",
+		"declaration 2: roster 2 held (roster 1 serves until meshhost roster accept 2), 2 containers, mesh_names on; names +0 -60 ~0",
+		"pass 3: roster hold released (roster 2 accepted, or superseded)",
 	}
 	if diff := cmp.Diff(want, historyLines(t, j)); diff != "" {
 		t.Errorf("history (-want +got):\n%s", diff)

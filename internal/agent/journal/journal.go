@@ -189,7 +189,11 @@ type Entry struct {
 func (e Entry) String() string {
 	ts := e.Time.UTC().Format(time.RFC3339)
 	if d := e.Declaration; d != nil {
-		s := fmt.Sprintf("%s declaration %d: roster %d, %d containers, mesh_names %s", ts, d.Generation, d.RosterGeneration, d.Containers, d.MeshNames)
+		roster := fmt.Sprintf("roster %d", d.RosterGeneration)
+		if d.RosterServed != 0 {
+			roster = fmt.Sprintf("roster %d held (roster %d serves until meshhost roster accept %d)", d.RosterGeneration, d.RosterServed, d.RosterGeneration)
+		}
+		s := fmt.Sprintf("%s declaration %d: %s, %d containers, mesh_names %s", ts, d.Generation, roster, d.Containers, d.MeshNames)
 		return s + namesChanged(d.RosterDiff, false)
 	}
 	if r := e.Roster; r != nil {
