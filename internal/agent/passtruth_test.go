@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
@@ -136,6 +137,9 @@ func TestPassNumberIsOneEverywhere(t *testing.T) {
 	passes, _ = j.Passes()
 	if last := passes[len(passes)-1].Seq; last != 4 || !strings.Contains(logs2.String(), "pass=4") {
 		t.Errorf("after a restart: journal's last pass %d, log:\n%s\nwant pass 4 in both", last, logs2)
+	}
+	if got := testutil.ToFloat64(a2.metrics.passNumber); got != 4 {
+		t.Errorf("meshhost_agent_pass_number = %v, want 4", got)
 	}
 }
 
