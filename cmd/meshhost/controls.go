@@ -10,9 +10,11 @@ import (
 	"github.com/spf13/cobra"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,11 +77,63 @@ type statusJSON struct {
 	// AgentStatus is false when the agent has written no status yet (never
 	// run a pass with this meshhost).
 	AgentStatus bool `json:"agent_status"`
+	// Agent says whether an agent holds the state directory now.
+	Agent livenessJSON `json:"agent"`
+	// Resolver says whether the resolver serving this machine answers.
+	Resolver *livenessJSON `json:"resolver,omitempty"`
+	// LastPass is the newest pass the journal holds (a pass that only
+	// kept containers is not journalled); nil for none.
+	LastPass *lastPassJSON `json:"last_pass,omitempty"`
+	// Releases are the operator's commands that release what holds the
+	// machine now (a held declaration, a held roster, a freeze).
+	Releases []releaseJSON `json:"releases,omitempty"`
+}
+
+// livenessJSON is whether the agent (Running, PID) or the resolver
+// (Running: it answered, with roster Generation) is up; Error says why it
+// is not known, or why the resolver did not answer.
+type livenessJSON struct {
+	Running    bool   `json:"running"`
+	PID        int    `json:"pid,omitempty"`
+	Generation uint64 `json:"roster_generation,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// lastPassJSON is a pass of the journal as status shows it: Result is
+// ok, deferred (the budget left some of its plan for later), failed,
+// held or frozen (nothing of its plan applied).
+type lastPassJSON struct {
+	Seq        uint64       `json:"seq"`
+	Time       time.Time    `json:"time"`
+	Generation uint64       `json:"generation,omitempty"`
+	Result     string       `json:"result"`
+	Summary    string       `json:"summary"`
+	Deferred   []actionView `json:"deferred,omitempty"`
+	Failed     []actionView `json:"failed,omitempty"`
+}
+
+// releaseJSON is what holds the machine and the command that releases it.
+type releaseJSON struct {
+	Hold    string `json:"hold"` // declaration, roster or frozen
+	Command string `json:"command"`
 }
 
 type migrationJSON struct {
-	Flag   string `json:"flag"`
-	Paused bool   `json:"paused"`
+	Flag     string        `json:"flag"`
+	Paused   bool          `json:"paused"`
+	Networks []networkJSON `json:"networks,omitempty"`
+}
+
+// networkJSON is one network's migration: its containers' mode (resolve
+// once its probe passed and the flag allows, else copy) and its last
+// probe.
+type networkJSON struct {
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`
+	Present   bool   `json:"present"`
+	Mode      string `json:"mode"`       // resolve or copy
+	LastProbe string `json:"last_probe"` // passed, failed or none
+	Failures  int    `json:"failures,omitempty"`
 }
 
 func defineStatus(env *environment, fs *flag.FlagSet) runner {
@@ -117,11 +171,24 @@ func readStatus(ctx context.Context, env *environment, dir statedir.Dir) (out st
 		// The roster in force is the resolver's: a NATS roster change
 		// moves it without saving the declaration again.
 		out.RosterGeneration = decl.Roster.Generation
+		out.Resolver = &livenessJSON{}
 		if gen, err := agent.ServedGeneration(ctx, dir); err != nil {
 			fmt.Fprintf(env.stderr, "meshhost status: the roster shown is the one saved with the declaration: %v\n", err)
-		} else if gen != 0 {
-			out.RosterGeneration = gen
+			out.Resolver.Error = err.Error()
+		} else {
+			out.Resolver.Running, out.Resolver.Generation = true, gen
+			if gen != 0 {
+				out.RosterGeneration = gen
+			}
 		}
+	}
+	if pid, running, err := dir.AgentRunning(); err != nil {
+		out.Agent.Error = err.Error()
+	} else {
+		out.Agent.Running, out.Agent.PID = running, pid
+	}
+	if out.LastPass, err = lastPass(dir); err != nil {
+		fmt.Fprintf(env.stderr, "meshhost status: %v\n", err)
 	}
 	st, err := agent.LoadStatus(dir)
 	if err != nil {
@@ -157,8 +224,77 @@ func readStatus(ctx context.Context, env *environment, dir statedir.Dir) (out st
 		if out.Migration.Flag == "" {
 			out.Migration.Flag = string(spec.FlagOff)
 		}
+		for _, name := range slices.Sorted(maps.Keys(ms.Networks)) {
+			n := ms.Networks[name]
+			nj := networkJSON{Name: name, Kind: string(n.Kind), Present: n.Present, Mode: "copy", LastProbe: "none", Failures: n.Failures}
+			if n.Resolve {
+				nj.Mode = "resolve"
+			}
+			if n.Last != nil {
+				nj.LastProbe = "failed"
+				if n.Last.Pass {
+					nj.LastProbe = "passed"
+				}
+			}
+			out.Migration.Networks = append(out.Migration.Networks, nj)
+		}
+	}
+	if out.Held.Held() && out.Approved != out.Held.Generation {
+		out.Releases = append(out.Releases, releaseJSON{journal.HoldDeclaration, fmt.Sprintf("meshhost approve %d", out.Held.Generation)})
+	}
+	if h := out.RosterHeld; h != nil {
+		out.Releases = append(out.Releases, releaseJSON{journal.HoldRoster, fmt.Sprintf("meshhost roster accept %d", h.Newest)})
+	}
+	if out.Frozen != nil {
+		out.Releases = append(out.Releases, releaseJSON{journal.HoldFrozen, "meshhost unfreeze"})
 	}
 	return out, decl != nil, nil
+}
+
+// lastPass returns the newest pass of dir's journal, nil when none (or
+// no journal).
+func lastPass(dir statedir.Dir) (*lastPassJSON, error) {
+	if _, err := os.Stat(dir.Journal()); err != nil {
+		return nil, nil
+	}
+	j, err := journal.Open(dir.Journal(), journal.Options{})
+	if err != nil {
+		return nil, err
+	}
+	passes, err := j.Passes()
+	if err != nil || len(passes) == 0 {
+		return nil, err
+	}
+	p := passes[len(passes)-1]
+	lp := &lastPassJSON{Seq: p.Seq, Time: p.Time.UTC(), Generation: p.Generation, Result: "ok"}
+	lp.Summary = p.Summary()
+	for _, a := range p.Actions {
+		v := actionView{a.Kind, a.Container, a.Reason, a.ID, a.NewID, a.Deferred, a.Frozen, a.Err, a.Duration.Seconds()}
+		switch {
+		case a.Err != "":
+			lp.Failed = append(lp.Failed, v)
+		case a.Deferred:
+			lp.Deferred = append(lp.Deferred, v)
+		}
+	}
+	for _, h := range p.Holds {
+		switch h.Kind {
+		case journal.HoldFrozen:
+			lp.Result = "frozen"
+		case journal.HoldDeclaration:
+			if lp.Result != "frozen" {
+				lp.Result = "held"
+			}
+		}
+	}
+	switch {
+	case lp.Result != "ok":
+	case len(lp.Failed) > 0:
+		lp.Result = "failed"
+	case len(lp.Deferred) > 0:
+		lp.Result = "deferred"
+	}
+	return lp, nil
 }
 
 // printStatus prints status as text.
@@ -169,6 +305,13 @@ func printStatus(w io.Writer, dir statedir.Dir, out *statusJSON, applied bool) {
 		fmt.Fprintf(w, "machine %s: declaration %d (%d containers, mesh_names %s), roster %d\n", out.Machine, out.Generation, out.Containers, out.MeshNames, out.RosterGeneration)
 	}
 	switch {
+	case out.Held.Held() && out.Approved == out.Held.Generation:
+		// Approved since the agent's last pass: it goes ahead at the next.
+		fmt.Fprintf(w, "APPROVED: declaration %d (held for replacing and removing more than --hold-above %d) goes ahead at the agent's next pass, paced by the replacement budget", out.Held.Generation, out.Held.HoldAbove)
+		if out.Frozen != nil {
+			fmt.Fprint(w, ", once unfrozen (meshhost unfreeze)")
+		}
+		fmt.Fprintln(w)
 	case out.Held.Held():
 		fmt.Fprintf(w, "HELD: %s\n", out.Held)
 		for _, r := range out.Held.Replacements {
@@ -205,9 +348,52 @@ func printStatus(w io.Writer, dir statedir.Dir, out *statusJSON, applied bool) {
 		}
 		fmt.Fprintf(w, "migration flag: %s%s\n", m.Flag, paused)
 	}
+	for _, n := range out.Migration.networks() {
+		probe := "last probe " + n.LastProbe
+		if n.Failures > 0 {
+			probe += fmt.Sprintf(", %d failures in a row", n.Failures)
+		}
+		absent := ""
+		if !n.Present {
+			absent = " (not seen at the last observation)"
+		}
+		fmt.Fprintf(w, "  network %s (%s): %s mode, %s%s\n", n.Name, n.Kind, n.Mode, probe, absent)
+	}
+	if p := out.LastPass; p != nil {
+		fmt.Fprintf(w, "last pass recorded: %d at %s, %s: %s\n", p.Seq, p.Time.Format(time.RFC3339), p.Result, p.Summary)
+		for _, a := range p.Deferred {
+			fmt.Fprintf(w, "  deferred %s %s: %s\n", a.Kind, a.Container, a.Reason)
+		}
+		for _, a := range p.Failed {
+			fmt.Fprintf(w, "  failed %s %s: %s\n", a.Kind, a.Container, a.Error)
+		}
+	}
+	switch a := out.Agent; {
+	case a.Error != "":
+		fmt.Fprintf(w, "agent: %s\n", a.Error)
+	case a.Running:
+		fmt.Fprintf(w, "agent: running (pid %d)\n", a.PID)
+	default:
+		fmt.Fprintf(w, "agent: NOT RUNNING (no process holds %s)\n", dir.AgentLock())
+	}
+	if r := out.Resolver; r != nil {
+		if r.Running {
+			fmt.Fprintf(w, "resolver: answering, roster %d\n", r.Generation)
+		} else {
+			fmt.Fprintf(w, "resolver: NOT ANSWERING: %s\n", r.Error)
+		}
+	}
 	if !out.AgentStatus {
 		fmt.Fprintln(w, "(the agent has written no status here yet)")
 	}
+}
+
+// networks returns m's networks, none for a nil m.
+func (m *migrationJSON) networks() []networkJSON {
+	if m == nil {
+		return nil
+	}
+	return m.Networks
 }
 
 func defineApprove(env *environment, fs *flag.FlagSet) runner {

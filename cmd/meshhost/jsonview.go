@@ -25,12 +25,36 @@ type historyEntryJSON struct {
 	Pass        *passJSON                 `json:"pass,omitempty"`
 }
 
+// passJSON is a pass: Actions are what it planned, Done how many of them
+// it did; Deferred (by the budget), Frozen and Failed the rest.
 type passJSON struct {
-	Seq             uint64       `json:"seq"`
+	Seq             uint64       `json:"seq"` // the pass's number, its log lines' pass=
 	Generation      uint64       `json:"generation,omitempty"`
 	DurationSeconds float64      `json:"duration_seconds"`
+	Planned         int          `json:"planned"`
+	Done            int          `json:"done"`
 	Deferred        int          `json:"deferred,omitempty"`
+	Frozen          int          `json:"frozen,omitempty"`
+	Failed          int          `json:"failed,omitempty"`
 	Actions         []actionView `json:"actions"`
+	// Holds are the holds the pass met first; Released those it found
+	// released.
+	Holds    []holdJSON `json:"holds,omitempty"`
+	Released []holdJSON `json:"released,omitempty"`
+}
+
+// holdJSON is a hold (journal.Hold) with the command that releases it.
+type holdJSON struct {
+	journal.Hold
+	Release string `json:"release"`
+}
+
+func holdsJSON(hs []journal.Hold) []holdJSON {
+	var out []holdJSON
+	for _, h := range hs {
+		out = append(out, holdJSON{h, h.Command()})
+	}
+	return out
 }
 
 type actionView struct {
@@ -40,6 +64,7 @@ type actionView struct {
 	ID              string  `json:"id,omitempty"`
 	NewID           string  `json:"new_id,omitempty"`
 	Deferred        bool    `json:"deferred,omitempty"`
+	Frozen          bool    `json:"frozen,omitempty"`
 	Error           string  `json:"error,omitempty"`
 	DurationSeconds float64 `json:"duration_seconds"`
 }
@@ -58,9 +83,18 @@ func historyJSON(entries []journal.Entry) []historyEntryJSON {
 		case e.Pass != nil:
 			p := e.Pass
 			h.Kind = "pass"
-			h.Pass = &passJSON{Seq: p.Seq, Generation: p.Generation, DurationSeconds: p.Duration.Seconds(), Deferred: p.Deferred, Actions: []actionView{}}
+			h.Pass = &passJSON{Seq: p.Seq, Generation: p.Generation, DurationSeconds: p.Duration.Seconds(), Deferred: p.Deferred, Planned: len(p.Actions),
+				Actions: []actionView{}, Holds: holdsJSON(p.Holds), Released: holdsJSON(p.Released)}
 			for _, a := range p.Actions {
-				h.Pass.Actions = append(h.Pass.Actions, actionView{a.Kind, a.Container, a.Reason, a.ID, a.NewID, a.Deferred, a.Err, a.Duration.Seconds()})
+				h.Pass.Actions = append(h.Pass.Actions, actionView{a.Kind, a.Container, a.Reason, a.ID, a.NewID, a.Deferred, a.Frozen, a.Err, a.Duration.Seconds()})
+				switch {
+				case a.Err != "":
+					h.Pass.Failed++
+				case a.Frozen:
+					h.Pass.Frozen++
+				case a.Done():
+					h.Pass.Done++
+				}
 			}
 		}
 		out = append(out, h)

@@ -236,10 +236,12 @@ type Agent struct {
 	proberErr  error             // why no prober could be made, as last logged
 	applied    uint64            // journal cursor: the declaration generation last journalled
 	journalSeq uint64            // journal cursor: the Source's Change last journalled
+	complete   bool              // the declaration applied last was applied whole (logged "declaration applied")
 	renders    pass.Cache        // the last pass's renderings
 	exposeErrs map[string]string // why the resolver is not exposed, by network, as last logged
 	asserted   bool              // Config.Asserted ran
 	hold       *pass.Hold        // the last pass's blast-radius hold, nil for none
+	holds      []journal.Hold    // the holds in force as journalled (read from the journal at start)
 	frozen     bool              // the last pass found the machine frozen
 	// statusWritten is what status.json holds (nil: not read yet);
 	// statusErr why it could not be written last, as logged.
@@ -273,6 +275,8 @@ type Report struct {
 	Probed   []string          `json:"probed,omitempty"`
 	Result   *reconcile.Result `json:"-"`
 	Duration time.Duration     `json:"-"`
+	// rosterHold is the roster change the guard holds, nil when none.
+	rosterHold *RosterHold
 	// DurationSeconds is Duration, in /v1/report's JSON.
 	DurationSeconds float64 `json:"duration_seconds"`
 }
@@ -303,6 +307,14 @@ func New(cfg Config) (*Agent, error) {
 	a.roster = &rosterInForce{resolver: cfg.Resolver, source: cfg.Source, guard: cfg.Guard, state: cfg.State, log: a.log, heldGauge: m.rosterHeld}
 	a.status.Store(&status{})
 	a.recordResolverAt()
+	if cfg.Journal != nil {
+		// One pass number everywhere: the log's pass= goes on from the
+		// journal's, so a restart never numbers a pass anew.
+		a.passes.Store(cfg.Journal.LastPass())
+		if passes, err := cfg.Journal.Passes(); err == nil {
+			a.holds = journal.HoldsInForce(passes)
+		}
+	}
 	return a, nil
 }
 
@@ -406,7 +418,9 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	start := time.Now()
-	ctx = logging.WithAttrs(ctx, "pass", a.passes.Add(1))
+	n := a.passes.Add(1)
+	a.metrics.passNumber.Set(float64(n))
+	ctx = logging.WithAttrs(ctx, "pass", n)
 	defer func() {
 		if v := recover(); v != nil {
 			err = a.recovered(ctx, "the pass", v)
@@ -477,18 +491,19 @@ func (a *Agent) Pass(ctx context.Context) (rep *Report, err error) {
 		// Nothing of the plan is applied: the containers stay as they
 		// are. The roster is in force already, and the next pass judges
 		// again (an approval, an unfreeze, a newer declaration).
+		a.recordPassLocked(ctx, n, start, decl.Generation, nil, a.holdsLocked(rep, freeze))
 		a.recordRostersLocked(ctx, head)
 		return rep, unsaved
 	}
 	res, err := a.cfg.Reconciler.Apply(ctx, c.Plan)
 	rep.Result = res
-	a.recordPass(ctx, decl.Generation, res)
+	a.recordPassLocked(ctx, n, start, decl.Generation, res, a.holdsLocked(rep, freeze))
 	if err != nil {
 		return rep, fmt.Errorf("reconciling: %w", err)
 	}
 
 	// 4. Remember what was applied.
-	a.recordDeclarationLocked(ctx, head)
+	a.recordDeclarationLocked(ctx, head, res, rep.rosterHold)
 	a.metrics.declaration.Set(float64(decl.Generation))
 	return rep, errors.Join(unsaved, res.Err(), a.saver.compact())
 }
@@ -540,11 +555,22 @@ func (a *Agent) afterPass(rep *Report) (err error) {
 // recorded before (from the Source's Changes: what changed, not the
 // roster); before it, the roster changes that came alone
 // (recordRostersLocked).
-func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Head) {
+func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Head, res *reconcile.Result, rosterHold *RosterHold) {
 	syncs.AssertLocked(&a.mu)
 	decl := head.Declaration
 	changes, ok := a.recordRostersLocked(ctx, head)
+	if left := pending(res); left.any() {
+		// Said at every pass that leaves some of the plan for later, never
+		// "applied": a pass whose every action the budget deferred did
+		// nothing.
+		a.log.InfoContext(ctx, "declaration in force in part: later passes apply the rest", "declaration_generation", decl.Generation,
+			"done", left.done, "deferred", left.deferred, "frozen", left.frozen, "failed", left.failed)
+	}
 	if decl.Generation == a.applied {
+		if !a.complete && !pending(res).any() {
+			a.complete = true
+			a.log.InfoContext(ctx, "declaration applied", "declaration_generation", decl.Generation, "origin", head.Origin)
+		}
 		return
 	}
 	if a.cfg.Journal != nil {
@@ -556,12 +582,45 @@ func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Hea
 				diff = journal.Diff{From: decl.Roster.Generation, To: decl.Roster.Generation}
 			}
 		}
-		if _, err := a.cfg.Journal.RecordDeclaration(decl, diff, time.Now()); err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
+		var served uint64 // the roster the guard keeps serving, when it holds this one
+		if h := rosterHold; h != nil && h.Newest == decl.Roster.Generation {
+			served = h.Served
+		}
+		if _, err := a.cfg.Journal.RecordDeclarationServing(decl, diff, time.Now(), served); err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
 			a.log.WarnContext(ctx, "recording the declaration in the journal", "err", err)
 		}
 	}
 	a.applied, a.journalSeq = decl.Generation, head.Seq
-	a.log.InfoContext(ctx, "declaration applied", "declaration_generation", decl.Generation, "origin", head.Origin)
+	a.complete = !pending(res).any()
+	if a.complete {
+		a.log.InfoContext(ctx, "declaration applied", "declaration_generation", decl.Generation, "origin", head.Origin)
+	}
+}
+
+// left counts the actions of a pass: done, and left for a later pass.
+type left struct{ done, deferred, frozen, failed int }
+
+func (l left) any() bool { return l.deferred+l.frozen+l.failed > 0 }
+
+// pending counts res's actions (Keep aside) by what became of them.
+func pending(res *reconcile.Result) left {
+	var l left
+	if res == nil {
+		return l
+	}
+	for _, o := range res.Outcomes {
+		switch {
+		case o.Err != nil:
+			l.failed++
+		case o.Deferred:
+			l.deferred++
+		case o.Frozen:
+			l.frozen++
+		case o.Kind != reconcile.Keep:
+			l.done++
+		}
+	}
+	return l
 }
 
 // recordRostersLocked journals the roster changes that came alone since

@@ -88,6 +88,10 @@ func (r *rosterInForce) put(ctx context.Context, head declsource.Head, rep *Repo
 	if r.held != nil {
 		rep.RosterHeld = r.held.Error()
 	}
+	if h := r.hold.written; h != nil {
+		c := *h
+		rep.rosterHold = &c
+	}
 	return roster.Zones, unsaved, nil
 }
 

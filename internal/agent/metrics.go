@@ -15,6 +15,7 @@ type metrics struct {
 	rosterHeld  prometheus.Gauge
 	panics      prometheus.Counter
 	lastSuccess prometheus.Gauge
+	passNumber  prometheus.Gauge
 
 	held             prometheus.Gauge
 	heldReplacements prometheus.Gauge
@@ -48,6 +49,9 @@ func newMetrics(reg prometheus.Registerer, state statedir.Dir, started time.Time
 			Name: "meshhost_agent_last_success_timestamp_seconds",
 			Help: "When the last pass that succeeded ended (Unix time); before the first, when the agent started. Alert on its age: the machine has not converged since (or since the start).",
 		}),
+		passNumber: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshhost_agent_pass_number", Help: "The number of the pass begun last: the pass= of its log lines, its number in meshhost history.",
+		}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshhost_agent_declaration_held", Help: "1 while the declaration in force is held for replacing and removing more than --hold-above containers (meshhost approve GEN releases it).",
 		}),
@@ -68,7 +72,7 @@ func newMetrics(reg prometheus.Registerer, state statedir.Dir, started time.Time
 		// Every damaged log of the state directory (the journal's too),
 		// as `meshhost status` lists them.
 		corrupt := setaside.New(state.Path(), state.Logs(), state.SetAside)
-		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.lastSuccess, m.held, m.heldReplacements, m.heldRemovals, m.frozen, corrupt} {
+		for _, c := range []prometheus.Collector{m.passes, m.duration, m.declaration, m.rosterHeld, m.panics, m.lastSuccess, m.passNumber, m.held, m.heldReplacements, m.heldRemovals, m.frozen, corrupt} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -22,6 +22,10 @@ type DeclarationEntry struct {
 	// RosterDiff is the roster's change from the declaration recorded
 	// before this one.
 	RosterDiff Diff `json:"roster_diff"`
+	// RosterServed is set when the roster guard held RosterGeneration as
+	// the declaration was applied: the roster generation that kept serving
+	// (meshhost roster accept releases it). Added in format 4; 0 for none.
+	RosterServed uint64 `json:"roster_served,omitempty"`
 	// Declaration is the declaration, in the format
 	// specjson.ParseDeclaration reads: whole in version 1 entries; from
 	// version 2 on without its roster's names (the roster's history is
@@ -47,6 +51,14 @@ func (e DeclarationEntry) Summary() DeclarationEntry {
 // does nothing and returns that entry; an older generation is refused,
 // since generations never go backwards.
 func (j *Journal) RecordDeclaration(d *spec.Declaration, diff Diff, at time.Time) (DeclarationEntry, error) {
+	return j.RecordDeclarationServing(d, diff, at, 0)
+}
+
+// RecordDeclarationServing is RecordDeclaration for a declaration whose
+// roster the roster guard holds while roster generation served keeps
+// serving (0: none held): the entry says so (RosterServed), and never
+// shows the roster held as in force.
+func (j *Journal) RecordDeclarationServing(d *spec.Declaration, diff Diff, at time.Time, served uint64) (DeclarationEntry, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	last, any, err := j.lastLocked(declarationsDir)
@@ -76,7 +88,7 @@ func (j *Journal) RecordDeclaration(d *spec.Declaration, diff Diff, at time.Time
 	e := DeclarationEntry{
 		Version: Version, Time: at.UTC(), Machine: d.Machine, Generation: d.Generation,
 		MeshNames: string(d.MeshNames), Containers: len(d.Containers), RosterDiff: diff,
-		Declaration: raw,
+		RosterServed: served, Declaration: raw,
 	}
 	if d.Roster != nil {
 		e.RosterGeneration = d.Roster.Generation

@@ -189,33 +189,103 @@ type Entry struct {
 func (e Entry) String() string {
 	ts := e.Time.UTC().Format(time.RFC3339)
 	if d := e.Declaration; d != nil {
-		s := fmt.Sprintf("%s declaration %d: roster %d, %d containers, mesh_names %s", ts, d.Generation, d.RosterGeneration, d.Containers, d.MeshNames)
+		roster := fmt.Sprintf("roster %d", d.RosterGeneration)
+		if d.RosterServed != 0 {
+			roster = fmt.Sprintf("roster %d held (roster %d serves until meshhost roster accept %d)", d.RosterGeneration, d.RosterServed, d.RosterGeneration)
+		}
+		s := fmt.Sprintf("%s declaration %d: %s, %d containers, mesh_names %s", ts, d.Generation, roster, d.Containers, d.MeshNames)
 		return s + namesChanged(d.RosterDiff, false)
 	}
 	if r := e.Roster; r != nil {
 		return fmt.Sprintf("%s roster %d (declaration %d)", ts, r.RosterGeneration, r.Generation) + namesChanged(r.RosterDiff, true)
 	}
-	p := e.Pass
-	counts := map[string]int{}
-	failed := 0
+	return e.Pass.String(ts)
+}
+
+// String summarizes p on one line, after ts: what it did, then what it
+// deferred, froze and failed of its plan, each counted by kind, never
+// one for the other (a pass whose every action the budget deferred did
+// nothing), then a hold it met or released.
+func (p *PassEntry) String(ts string) string {
+	return fmt.Sprintf("%s pass %d:", ts, p.Seq) + p.describe(true)
+}
+
+// Summary says what p did, as String does, without its time, number and
+// duration: "did nothing; deferred by the budget: 3 replace".
+func (p *PassEntry) Summary() string {
+	return strings.TrimPrefix(p.describe(false), " ")
+}
+
+// describe is String's text after the pass's number, with its duration
+// when dur.
+func (p *PassEntry) describe(dur bool) string {
+	var did, deferred, frozen, failed []Action
 	for _, a := range p.Actions {
-		counts[a.Kind]++
-		if a.Err != "" {
-			failed++
+		switch {
+		case a.Err != "":
+			failed = append(failed, a)
+		case a.Deferred:
+			deferred = append(deferred, a)
+		case a.Frozen:
+			frozen = append(frozen, a)
+		default:
+			did = append(did, a)
 		}
+	}
+	s := ""
+	for i, h := range p.Holds {
+		if i > 0 {
+			s += ";"
+		}
+		s += fmt.Sprintf(" %s (%s releases it)", h, h.Command())
+	}
+	if len(p.Holds) > 0 && (len(p.Actions) > 0 || p.Stopped()) {
+		s += ";"
+	}
+	switch {
+	case p.Stopped():
+		s += " nothing applied"
+	case len(did) == 0 && len(p.Actions) > 0:
+		s += " did nothing"
+	case len(did) > 0:
+		s += " did " + byKind(did)
+	}
+	bare := len(p.Actions) == 0 && len(p.Holds) == 0 && len(p.Released) > 0
+	if dur && !bare && (len(p.Actions) > 0 || len(p.Holds) == 0) {
+		s += fmt.Sprintf(" in %v", p.Duration.Round(time.Millisecond))
+	}
+	if len(deferred) > 0 {
+		s += "; deferred by the budget: " + byKind(deferred)
+	} else if p.Deferred > 0 {
+		s += fmt.Sprintf("; %d deferred", p.Deferred)
+	}
+	if len(frozen) > 0 {
+		s += "; frozen: " + byKind(frozen)
+	}
+	if len(failed) > 0 {
+		s += "; failed: " + byKind(failed)
+	}
+	for i, r := range p.Released {
+		sep := "; "
+		if (bare || !dur && len(p.Actions) == 0 && len(p.Holds) == 0) && i == 0 {
+			sep = " "
+		}
+		s += sep + r.Released()
+	}
+	return s
+}
+
+// byKind counts actions by kind: "2 create, 1 replace".
+func byKind(actions []Action) string {
+	counts := map[string]int{}
+	for _, a := range actions {
+		counts[a.Kind]++
 	}
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
 	}
-	s := fmt.Sprintf("%s pass %d: %s in %v", ts, p.Seq, strings.Join(parts, ", "), p.Duration.Round(time.Millisecond))
-	if p.Deferred > 0 {
-		s += fmt.Sprintf(", %d deferred", p.Deferred)
-	}
-	if failed > 0 {
-		s += fmt.Sprintf(", %d failed", failed)
-	}
-	return s
+	return strings.Join(parts, ", ")
 }
 
 // namesChanged says what d changed, after an entry's summary; always
