@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
@@ -83,25 +84,26 @@ func newFixture(t testing.TB, passed bool, mods ...func(*Config)) *fixture {
 	return &fixture{a, rt, source, srv, state}
 }
 
+// declaration is decltest.Declaration(gen) with mesh_names flag, containers
+// app0... and names svc0.node0.internal...: the declaration most tests push.
 func declaration(gen uint64, flag spec.MeshNamesFlag, containers, names int) []byte {
-	var cs []string
-	for i := range containers {
-		cs = append(cs, fmt.Sprintf(`{"name": "app%d", "image": "busybox", "env": {"N": "%d"}}`, i, i))
-	}
-	var ns []string
-	for i := range names {
-		ns = append(ns, fmt.Sprintf(`"svc%d.node%d.internal": ["10.%d.%d.%d"]`, i, i%50, 64+i/65536, i/256%256, i%256))
-	}
-	return []byte(fmt.Sprintf(`{"schema": 1, "machine": "ace", "generation": %d, "mesh_names": %q,
-	  "roster": {"generation": %d, "zones": ["internal"], "names": {%s}},
-	  "containers": [%s]}`, gen, flag, gen, strings.Join(ns, ","), strings.Join(cs, ",")))
+	return decl(gen, flag, containers, names).JSON()
+}
+
+// decl is declaration's builder, to change further.
+func decl(gen uint64, flag spec.MeshNamesFlag, containers, names int) *decltest.Decl {
+	return decltest.Declaration(gen).Flag(flag).Apps(containers).Names(names)
 }
 
 func (f *fixture) push(t testing.TB, doc []byte) *Report {
 	t.Helper()
-	if _, err := f.source.Offer(doc, "test"); err != nil {
-		t.Fatal(err)
-	}
+	decltest.Push(t, f.source, decltest.Raw(doc))
+	return f.pass(t)
+}
+
+// pass runs one pass, failing t on an error.
+func (f *fixture) pass(t testing.TB) *Report {
+	t.Helper()
 	rep, err := f.agent.Pass(context.Background())
 	if err != nil {
 		t.Fatalf("Pass: %v", err)
@@ -109,23 +111,9 @@ func (f *fixture) push(t testing.TB, doc []byte) *Report {
 	return rep
 }
 
-func ids(rt *memory.Runtime) map[string]string {
-	out := map[string]string{}
-	for _, c := range rt.Containers() {
-		out[c.Name] = c.ID
-	}
-	return out
-}
+func ids(rt *memory.Runtime) map[string]string { return decltest.IDs(rt) }
 
-func replaced(before, after map[string]string) int {
-	n := 0
-	for name, id := range after {
-		if old, ok := before[name]; ok && old != id {
-			n++
-		}
-	}
-	return n
-}
+func replaced(before, after map[string]string) int { return decltest.Replaced(before, after) }
 
 func TestResolveModeRosterChangesReplaceNothing(t *testing.T) {
 	f := newFixture(t, true)

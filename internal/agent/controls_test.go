@@ -22,10 +22,9 @@ import (
 	"github.com/meshhost/meshhost/spec"
 )
 
-// declarationEnv is declaration() whose containers' env holds env, and
-// whose roster has the declaration's generation.
+// declarationEnv is declaration() whose containers' env holds E=env.
 func declarationEnv(gen uint64, flag spec.MeshNamesFlag, containers, names int, env string) []byte {
-	return []byte(strings.ReplaceAll(string(declaration(gen, flag, containers, names)), `"env": {"N": "`, `"env": {"E": "`+env+`", "N": "`))
+	return decl(gen, flag, containers, names).Env("E", env).JSON()
 }
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
@@ -128,9 +127,7 @@ func TestBlastRadiusHold(t *testing.T) {
 
 	// 3: a newer declaration replaces the held one and is judged afresh:
 	// two containers change, within the hold, and are applied.
-	doc := strings.Replace(string(declarationEnv(3, spec.FlagOn, 6, 12, "a")), `{"name": "app0", "image": "busybox", "env": {"E": "a"`, `{"name": "app0", "image": "busybox", "env": {"E": "c"`, 1)
-	doc = strings.Replace(doc, `{"name": "app1", "image": "busybox", "env": {"E": "a"`, `{"name": "app1", "image": "busybox", "env": {"E": "c"`, 1)
-	rep = f.push(t, []byte(doc))
+	rep = f.push(t, decl(3, spec.FlagOn, 6, 12).Env("E", "a").AppEnv("app0", "E", "c").AppEnv("app1", "E", "c").JSON())
 	if rep.Held != nil {
 		t.Fatalf("declaration 3 replaces 2 containers and is held: %+v", rep.Held)
 	}
@@ -233,9 +230,7 @@ func TestFreeze(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 2: app0's env changes, app2 goes, app3 comes, and the roster moves.
-	doc := strings.Replace(string(declarationEnv(2, spec.FlagOn, 4, 11, "a")), `{"name": "app0", "image": "busybox", "env": {"E": "a"`, `{"name": "app0", "image": "busybox", "env": {"E": "z"`, 1)
-	doc = strings.Replace(doc, `{"name": "app2", "image": "busybox", "env": {"E": "a", "N": "2"}},`, ``, 1)
-	rep := f.push(t, []byte(doc))
+	rep := f.push(t, decl(2, spec.FlagOn, 4, 11).Env("E", "a").AppEnv("app0", "E", "z").Drop("app2").JSON())
 	if !rep.Frozen || rep.Result != nil {
 		t.Fatalf("frozen pass: frozen %v, result %v; want frozen and nothing applied", rep.Frozen, rep.Result)
 	}

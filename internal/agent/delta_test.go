@@ -19,26 +19,16 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )
 
-// deltaDoc is a declaration delta for the fixture's machine: declaration
-// generation gen, roster from -> to, setting set (name -> address) and
-// removing remove.
+// deltaDoc is decltest.Delta(gen, from, to) setting set (name -> address)
+// and removing remove.
 func deltaDoc(gen, from, to uint64, set map[string]string, remove ...string) []byte {
-	var sets []string
-	for _, n := range slices.Sorted(mapKeys(set)) {
-		sets = append(sets, fmt.Sprintf("%q: [%q]", n, set[n]))
-	}
-	var rm []string
-	for _, n := range remove {
-		rm = append(rm, fmt.Sprintf("%q", n))
-	}
-	return fmt.Appendf(nil, `{"schema": 1, "machine": "ace", "generation": %d,
-	  "roster_delta": {"from": %d, "generation": %d, "set": {%s}, "remove": [%s]}}`,
-		gen, from, to, strings.Join(sets, ", "), strings.Join(rm, ", "))
+	return decltest.Delta(gen, from, to).SetMap(set).Remove(remove...).JSON()
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {
@@ -161,27 +151,36 @@ func (f *fixture) srvUpstreams() []netip.AddrPort {
 // force, one removing a name the roster does not have, and one before any
 // declaration are refused, and change nothing.
 func TestDeltaRefused(t *testing.T) {
-	f := newFixture(t, true)
-	if _, err := f.source.Offer(deltaDoc(1, 0, 1, map[string]string{"a.internal": "10.0.0.1"}), "test"); !errors.Is(err, declsource.ErrDeltaBase) {
-		t.Errorf("a delta before any declaration: %v, want ErrDeltaBase", err)
-	}
-	f.push(t, declaration(1, spec.FlagOn, 2, 10))
 	for _, tc := range []struct {
-		doc  []byte
-		is   error
-		want string
+		name  string
+		first bool // offered before any declaration; otherwise after declaration 1 (roster 1, 10 names)
+		doc   decltest.Doc
+		want  decltest.Verdict
 	}{
-		{deltaDoc(2, 5, 6, map[string]string{"a.internal": "10.0.0.1"}), declsource.ErrDeltaBase, "roster_delta.from: 5, but the roster in force is generation 1"},
-		{deltaDoc(1, 1, 2, map[string]string{"a.internal": "10.0.0.1"}), declsource.ErrConflict, "generation: 1 is in force with roster generation 1, not 2"},
-		{deltaDoc(2, 1, 2, nil, "nope.internal"), nil, `roster_delta.remove[0]: "nope.internal" is not in roster generation 1`},
+		{"before_any_declaration", true, decltest.Delta(1, 0, 1).Set("a.internal", "10.0.0.1"), decltest.Refused(declsource.ErrDeltaBase, "")},
+		{"from_another_generation", false, decltest.Delta(2, 5, 6).Set("a.internal", "10.0.0.1"),
+			decltest.Refused(declsource.ErrDeltaBase, "roster_delta.from: 5, but the roster in force is generation 1")},
+		{"declaration_generation_in_force", false, decltest.Delta(1, 1, 2).Set("a.internal", "10.0.0.1"),
+			decltest.Refused(declsource.ErrConflict, "generation: 1 is in force with roster generation 1, not 2")},
+		{"removes_absent_name", false, decltest.Delta(2, 1, 2).Remove("nope.internal"),
+			decltest.Refused(nil, `roster_delta.remove[0]: "nope.internal" is not in roster generation 1`)},
 	} {
-		_, err := f.source.Offer(tc.doc, "test")
-		if err == nil || tc.is != nil && !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Offer(%s) = %v, want %v saying %q", tc.doc, err, tc.is, tc.want)
-		}
-	}
-	if h, _ := f.source.Head(); h.Declaration.Generation != 1 || h.Declaration.Roster.Generation != 1 || h.Names != 10 {
-		t.Errorf("after refused deltas: %+v", h)
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, true)
+			if !tc.first {
+				f.push(t, declaration(1, spec.FlagOn, 2, 10))
+			}
+			decltest.Offer(t, f.source, tc.doc, tc.want)
+			if tc.first {
+				if h, ok := f.source.Head(); ok {
+					t.Errorf("after a refused first delta, a declaration is in force: %+v", h)
+				}
+				return
+			}
+			if h, _ := f.source.Head(); h.Declaration.Generation != 1 || h.Declaration.Roster.Generation != 1 || h.Names != 10 {
+				t.Errorf("after a refused delta: %+v", h)
+			}
+		})
 	}
 }
 
