@@ -14,12 +14,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 )
 
-func doc(gen int, image string) string {
-	return fmt.Sprintf(`{"schema": 1, "machine": "ace", "generation": %d,
-	  "roster": {"generation": 1, "names": {"a.internal": ["10.0.0.1"]}},
-	  "containers": [{"name": "app", "image": %q}]}`, gen, image)
+// doc is declaration gen with roster 1 (no zones, a.internal) and one
+// container app of image.
+func doc(gen int, image string) string { return docB(gen, image).String() }
+
+// docB is doc's builder, to change further.
+func docB(gen int, image string) *decltest.Decl {
+	return decltest.Declaration(uint64(gen)).RosterGen(1).Zones().Name("a.internal", "10.0.0.1").App("app", image)
 }
 
 func TestOffer(t *testing.T) {
@@ -145,16 +150,28 @@ func TestListenRefusesNonLoopback(t *testing.T) {
 	}
 }
 
+// deltaDoc is decltest.Delta(gen, from, to) setting the names of set (the
+// inside of a JSON object, name -> addresses, in order) and removing remove.
 func deltaDoc(gen, from, to int, set string, remove ...string) string {
-	rm := ""
-	for i, n := range remove {
-		if i > 0 {
-			rm += ", "
-		}
-		rm += fmt.Sprintf("%q", n)
+	d := decltest.Delta(uint64(gen), uint64(from), uint64(to)).Remove(remove...)
+	dec := json.NewDecoder(strings.NewReader("{" + set + "}"))
+	if _, err := dec.Token(); err != nil {
+		panic(err)
 	}
-	return fmt.Sprintf(`{"schema": 1, "machine": "ace", "generation": %d,
-	  "roster_delta": {"from": %d, "generation": %d, "set": {%s}, "remove": [%s]}}`, gen, from, to, set, rm)
+	for dec.More() {
+		var name string
+		var addrs []string
+		if tok, err := dec.Token(); err != nil {
+			panic(err)
+		} else {
+			name = tok.(string)
+		}
+		if err := dec.Decode(&addrs); err != nil {
+			panic(err)
+		}
+		d.Set(name, addrs...)
+	}
+	return d.String()
 }
 
 // TestOfferDelta: a declaration delta changes the roster in force in place
@@ -192,7 +209,7 @@ func TestOfferDelta(t *testing.T) {
 		{deltaDoc(4, 3, 4, `"c.internal": ["10.0.0.3"]`), ErrConflict, "generation: 4 is in force with roster generation 3, not 4"},
 		{deltaDoc(2, 3, 4, `"c.internal": ["10.0.0.3"]`), ErrStale, "generation: 2 is older than generation 4, which is in force"},
 		{deltaDoc(5, 3, 4, ``, "a.internal"), nil, `roster_delta.remove[0]: "a.internal" is not in roster generation 3`},
-		{strings.Replace(deltaDoc(5, 3, 4, ``), `"ace"`, `"bob"`, 1), nil, `machine: "bob" is another machine`},
+		{decltest.Delta(5, 3, 4).Machine("bob").String(), nil, `machine: "bob" is another machine`},
 	} {
 		_, err := s.Offer([]byte(tc.doc), "push")
 		if err == nil || tc.is != nil && !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.reason) {
@@ -224,7 +241,7 @@ func TestOfferWholeRecordsItsChange(t *testing.T) {
 	if _, err := s.Offer([]byte(doc(1, "busybox")), "test"); err != nil {
 		t.Fatal(err)
 	}
-	next := strings.Replace(doc(2, "busybox"), `"generation": 1, "names": {"a.internal": ["10.0.0.1"]}`, `"generation": 2, "names": {"a.internal": ["10.0.0.1"], "b.internal": ["10.0.0.2"]}`, 1)
+	next := docB(2, "busybox").RosterGen(2).Name("b.internal", "10.0.0.2").String()
 	if _, err := s.Offer([]byte(next), "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +315,7 @@ func TestWatchDirDeltas(t *testing.T) {
 	}
 
 	// A new watcher (a restart) begins at the newest whole declaration.
-	write("gen-000005.json", strings.Replace(doc(5, "e"), `"roster": {"generation": 1`, `"roster": {"generation": 5`, 1))
+	write("gen-000005.json", docB(5, "e").RosterGen(5).String())
 	write("gen-000006.json", deltaDoc(6, 5, 6, `"f.internal": ["10.0.0.6"]`))
 	s2 := New(Config{})
 	ctx, cancel = context.WithCancel(context.Background())
