@@ -3,7 +3,6 @@ package declsource
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -200,22 +199,6 @@ func TestOfferDelta(t *testing.T) {
 	if cur.Generation != 4 || cur.Roster.Generation != 3 || len(cur.Roster.Names) != 1 || cur.Roster.Names["b.internal"] == nil || cur.Containers[0].Image != "busybox" {
 		t.Errorf("Current = %d, roster %d %v, containers %v", cur.Generation, cur.Roster.Generation, cur.Roster.Names, cur.Containers)
 	}
-	for _, tc := range []struct {
-		doc    string
-		is     error
-		reason string
-	}{
-		{deltaDoc(5, 2, 4, `"c.internal": ["10.0.0.3"]`), ErrDeltaBase, "roster_delta.from: 2, but the roster in force is generation 3"},
-		{deltaDoc(4, 3, 4, `"c.internal": ["10.0.0.3"]`), ErrConflict, "generation: 4 is in force with roster generation 3, not 4"},
-		{deltaDoc(2, 3, 4, `"c.internal": ["10.0.0.3"]`), ErrStale, "generation: 2 is older than generation 4, which is in force"},
-		{deltaDoc(5, 3, 4, ``, "a.internal"), nil, `roster_delta.remove[0]: "a.internal" is not in roster generation 3`},
-		{decltest.Delta(5, 3, 4).Machine("bob").String(), nil, `machine: "bob" is another machine`},
-	} {
-		_, err := s.Offer([]byte(tc.doc), "push")
-		if err == nil || tc.is != nil && !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.reason) {
-			t.Errorf("Offer(%s) = %v, want %v saying %q", tc.doc, err, tc.is, tc.reason)
-		}
-	}
 	changes, ok := s.ChangesSince(0)
 	if !ok || len(changes) != 3 {
 		t.Fatalf("ChangesSince(0) = %d changes, %v; want 3", len(changes), ok)
@@ -231,6 +214,39 @@ func TestOfferDelta(t *testing.T) {
 	}
 	if _, ok := s.ChangesSince(9); ok {
 		t.Error("ChangesSince a change to come: ok")
+	}
+}
+
+// TestOfferDeltaRefused: on top of TestOfferDelta's state (declaration 4,
+// roster 3 with b.internal), a delta from another roster, one reusing the
+// generation in force, an older one, one removing a name the roster has
+// not and one for another machine are refused, and record no change.
+func TestOfferDeltaRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  decltest.Doc
+		want decltest.Verdict
+	}{
+		{"from_another_roster", decltest.Delta(5, 2, 4).Set("c.internal", "10.0.0.3"),
+			decltest.Refused(ErrDeltaBase, "roster_delta.from: 2, but the roster in force is generation 3")},
+		{"generation_in_force", decltest.Delta(4, 3, 4).Set("c.internal", "10.0.0.3"),
+			decltest.Refused(ErrConflict, "generation: 4 is in force with roster generation 3, not 4")},
+		{"older_generation", decltest.Delta(2, 3, 4).Set("c.internal", "10.0.0.3"),
+			decltest.Refused(ErrStale, "generation: 2 is older than generation 4, which is in force")},
+		{"removes_absent_name", decltest.Delta(5, 3, 4).Remove("a.internal"),
+			decltest.Refused(nil, `roster_delta.remove[0]: "a.internal" is not in roster generation 3`)},
+		{"another_machine", decltest.Delta(5, 3, 4).Machine("bob"), decltest.Refused(nil, `machine: "bob" is another machine`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Config{Machine: "ace"})
+			decltest.Push(t, s, docB(2, "busybox"),
+				decltest.Delta(3, 1, 2).Set("b.internal", "10.0.0.2").Set("a.internal", "10.0.0.9"),
+				decltest.Delta(4, 2, 3).Remove("a.internal"))
+			decltest.Offer(t, s, tc.doc, tc.want)
+			if changes, ok := s.ChangesSince(0); !ok || len(changes) != 3 {
+				t.Errorf("after a refused delta, ChangesSince(0) = %d changes, %v; want the 3 taken", len(changes), ok)
+			}
+		})
 	}
 }
 
