@@ -16,7 +16,6 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/testkit/decltest"
-	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -140,33 +139,6 @@ func TestCopyModeUntilProbePasses(t *testing.T) {
 		if mode != "copy" {
 			t.Errorf("%s in %s mode without a passed probe; want copy (fail closed)", name, mode)
 		}
-	}
-}
-
-func TestRosterShrinkIsHeld(t *testing.T) {
-	logs := &syncbuf.Buffer{}
-	f := newFixture(t, true, func(c *Config) { c.Logger = newTextLogger(logs) })
-	f.push(t, declaration(1, spec.FlagOn, 2, 100))
-	rep := f.push(t, declaration(2, spec.FlagOn, 2, 40)) // drops 60 of 100 names
-	if rep.RosterHeld == "" || !strings.Contains(rep.RosterHeld, "drops 60 of 100 names") {
-		t.Fatalf("RosterHeld = %q, want the drop reported", rep.RosterHeld)
-	}
-	// The guard waiting for meshhost roster accept is no error.
-	if l := logLine(logs.String(), "msg=\"roster held\""); !strings.Contains(l, "level=WARN") {
-		t.Errorf("the held roster's line: %q, want level=WARN\n%s", l, logs)
-	}
-	if got := f.srv.Roster().Generation; got != 1 {
-		t.Fatalf("resolver serves roster %d, want 1 (the held one must not be applied)", got)
-	}
-	if err := AcceptRoster(statedir.New(f.state), 2); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := f.agent.Pass(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.RosterHeld != "" || f.srv.Roster().Generation != 2 {
-		t.Errorf("after roster accept 2: held %q, serving %d; want applied", rep.RosterHeld, f.srv.Roster().Generation)
 	}
 }
 

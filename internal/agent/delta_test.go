@@ -20,6 +20,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/testkit/decltest"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
@@ -184,34 +185,48 @@ func TestDeltaRefused(t *testing.T) {
 	}
 }
 
-// TestDeltaHeld: a delta that drops more than the guard allows is held
-// like a whole roster; deltas after it pile onto it; accepting the
-// generation puts them all in force.
-func TestDeltaHeld(t *testing.T) {
-	f := newFixture(t, true)
-	f.push(t, declaration(1, spec.FlagOn, 2, 20))
+// TestRosterHeld: a roster that drops more names than the guard allows
+// is held (the resolver goes on serving the one before, and a WARN line
+// says so: waiting for meshhost roster accept is no error), whole or as a
+// delta; rosters after it pile onto it; accepting the generation puts the
+// newest declared in force.
+func TestRosterHeld(t *testing.T) {
 	var drop []string
 	for i := range 10 {
-		drop = append(drop, fmt.Sprintf("svc%d.node%d.internal", i, i))
+		drop = append(drop, decltest.SvcName(i))
 	}
-	rep := f.push(t, deltaDoc(2, 1, 2, nil, drop...))
-	if !strings.Contains(rep.RosterHeld, "drops 10 of 20 names") || f.srv.Roster().Generation != 1 {
-		t.Fatalf("held = %q, serving %d; want the drop held and 1 served", rep.RosterHeld, f.srv.Roster().Generation)
-	}
-	rep = f.push(t, deltaDoc(3, 2, 3, map[string]string{"late.internal": "10.9.9.9"}))
-	if rep.RosterHeld == "" || f.srv.Roster().Generation != 1 {
-		t.Fatalf("a delta on top of a held one: held %q, serving %d; want still held", rep.RosterHeld, f.srv.Roster().Generation)
-	}
-	if err := AcceptRoster(statedir.New(f.state), 3); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := f.agent.Pass(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _ := f.source.Roster()
-	if diff := cmp.Diff(want, f.srv.Roster(), cmpRoster...); rep.RosterHeld != "" || diff != "" {
-		t.Errorf("after roster accept 3: held %q, served (-declared +served):\n%s", rep.RosterHeld, diff)
+	for _, tc := range []struct {
+		pushCase
+		more   []decltest.Doc // pushed after it, still held
+		accept uint64
+	}{
+		{pushCase: pushCase{name: "Shrink", before: []decltest.Doc{decl(1, spec.FlagOn, 2, 100)}, push: decl(2, spec.FlagOn, 2, 40),
+			wantRoster: 1, wantRosterHeld: "drops 60 of 100 names"}, accept: 2},
+		{pushCase: pushCase{name: "Delta", before: []decltest.Doc{decl(1, spec.FlagOn, 2, 20)}, push: decltest.Delta(2, 1, 2).Remove(drop...),
+			wantRoster: 1, wantRosterHeld: "drops 10 of 20 names"},
+			more: []decltest.Doc{decltest.Delta(3, 2, 3).Set("late.internal", "10.9.9.9")}, accept: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &syncbuf.Buffer{}
+			f := newFixture(t, true, func(c *Config) { c.Logger = newTextLogger(logs) })
+			runPush(t, f, tc.pushCase)
+			if l := logLine(logs.String(), "msg=\"roster held\""); !strings.Contains(l, "level=WARN") {
+				t.Errorf("the held roster's line: %q, want level=WARN\n%s", l, logs)
+			}
+			for _, d := range tc.more {
+				if rep := f.push(t, d.JSON()); rep.RosterHeld == "" || f.srv.Roster().Generation != 1 {
+					t.Fatalf("%s on top of a held roster: held %q, serving %d; want still held", d.JSON(), rep.RosterHeld, f.srv.Roster().Generation)
+				}
+			}
+			if err := AcceptRoster(statedir.New(f.state), tc.accept); err != nil {
+				t.Fatal(err)
+			}
+			rep := f.pass(t)
+			want, _ := f.source.Roster()
+			if diff := cmp.Diff(want, f.srv.Roster(), cmpRoster...); rep.RosterHeld != "" || diff != "" || f.srv.Roster().Generation != tc.accept {
+				t.Errorf("after roster accept %d: held %q, serving %d, served (-declared +served):\n%s", tc.accept, rep.RosterHeld, f.srv.Roster().Generation, diff)
+			}
+		})
 	}
 }
 
