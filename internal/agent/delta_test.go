@@ -461,10 +461,9 @@ func TestRosterDeltaAlone(t *testing.T) {
 	f := newFixture(t, true)
 	f.push(t, declaration(1, spec.FlagOn, 2, 20))
 	declBefore, _ := readFile(statedir.New(f.state).Declaration())
-	a := netip.MustParseAddr("10.99.0.1")
 	for i, d := range []*spec.RosterDelta{
-		{From: 1, To: 2, Set: map[string][]netip.Addr{"new.internal": {a}}},
-		{From: 2, To: 3, Remove: []string{"svc3.node3.internal"}},
+		decltest.Delta(1, 1, 2).Set("new.internal", "10.99.0.1").Value(),
+		decltest.Delta(1, 2, 3).Remove(decltest.SvcName(3)).Value(),
 	} {
 		if err := f.source.PutRosterDelta("ace", 1, d, "nats"); err != nil {
 			t.Fatalf("PutRosterDelta #%d: %v", i, err)
