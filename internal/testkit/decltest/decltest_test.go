@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/meshhost/meshhost/spec"
 )
@@ -23,6 +24,10 @@ func TestBuilders(t *testing.T) {
 	if len(d.Containers) != 2 || d.Containers[0].Name != "app1" || d.Containers[0].Env["E"] != "b" || d.Containers[0].Env["N"] != "1" ||
 		d.Containers[1].Name != "web" || d.Containers[1].Image != "nginx" || d.Containers[1].Env["K"] != "v" {
 		t.Errorf("containers = %+v", d.Containers)
+	}
+	c := Declaration(1).Container(App{Name: "edge", Image: "busybox", Command: []string{"sh", "-c", "sleep 1"}, StopTimeout: "5s", Networks: []string{"mesh"}}).Value().Containers[0]
+	if !slices.Equal(c.Command, []string{"sh", "-c", "sleep 1"}) || c.StopTimeout != 5*time.Second || len(c.Networks) != 1 || c.Networks[0].Name != "mesh" {
+		t.Errorf("container = %+v", c)
 	}
 	if r := NewRoster(7).Zones().Name("a.internal", "10.0.0.1", "10.0.0.2").Name("a.internal", "10.0.0.3").Value(); r.Generation != 7 || len(r.Zones) != 0 || fmt.Sprint(r.Names) != "map[a.internal:[10.0.0.3]]" {
 		t.Errorf("roster = %+v", r)
