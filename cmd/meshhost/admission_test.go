@@ -25,6 +25,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/internal/natssource"
 	"github.com/meshhost/meshhost/internal/resolvercmd"
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 	"github.com/meshhost/meshhost/internal/testkit/needs"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/resolver"
@@ -49,22 +50,22 @@ var (
 	admA, admB, admB9, admC = "10.0.0.1", "10.0.0.2", "10.0.0.9", "10.0.0.3"
 )
 
-// admRoster is a roster document: gen, and name=addr pairs.
+// admRoster is a roster document: gen, and name=addr pairs (addr "many":
+// past the limit of addresses per name).
 func admRoster(gen uint64, names ...string) string {
-	var parts []string
+	r := decltest.NewRoster(gen)
 	for _, n := range names {
 		name, addr, _ := strings.Cut(n, "=")
+		addrs := []string{addr}
 		if addr == "many" {
-			addrs := make([]string, spec.MaxAddrsPerName+1)
+			addrs = make([]string, spec.MaxAddrsPerName+1)
 			for i := range addrs {
-				addrs[i] = fmt.Sprintf("%q", netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}).String())
+				addrs[i] = netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}).String()
 			}
-			parts = append(parts, fmt.Sprintf("%q: [%s]", name+".internal", strings.Join(addrs, ",")))
-			continue
 		}
-		parts = append(parts, fmt.Sprintf("%q: [%q]", name+".internal", addr))
+		r.Name(name+".internal", addrs...)
 	}
-	return fmt.Sprintf(`{"generation": %d, "zones": ["internal"], "names": {%s}}`, gen, strings.Join(parts, ", "))
+	return string(r.JSON())
 }
 
 // admDecl is a declaration document of generation gen running image, with

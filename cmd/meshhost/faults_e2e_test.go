@@ -26,10 +26,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 	"github.com/meshhost/meshhost/internal/testkit/dnstest"
 	"github.com/meshhost/meshhost/internal/testkit/podmantest"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/reconcile"
+	"github.com/meshhost/meshhost/spec"
 )
 
 // fltPusher pushes declaration documents to an agent's unix socket,
@@ -65,11 +67,11 @@ func fltPusherWithin(sock string, limit time.Duration) func(doc string) error {
 // fltRoster returns roster JSON of generation gen: alpha.internal and
 // n1..n<gen>.internal, so that every generation adds a name and drops none.
 func fltRoster(gen int) string {
-	names := []string{`"alpha.internal": ["10.1.1.1"]`}
+	r := decltest.NewRoster(uint64(gen)).Name("alpha.internal", "10.1.1.1")
 	for i := 1; i <= gen; i++ {
-		names = append(names, fmt.Sprintf(`"n%d.internal": ["10.2.0.%d"]`, i, i))
+		r.Name(fmt.Sprintf("n%d.internal", i), fmt.Sprintf("10.2.0.%d", i))
 	}
-	return fmt.Sprintf(`{"generation": %d, "zones": ["internal"], "names": {%s}}`, gen, strings.Join(names, ", "))
+	return string(r.JSON())
 }
 
 // TestAgentSIGKILLMidReplacement kills the agent (a subprocess) with SIGKILL
@@ -326,12 +328,15 @@ func fltInProcess(t *testing.T, args ...string) (logs *syncbuf.Buffer, done <-ch
 // fltDecl is a copy-mode declaration of busybox containers named names,
 // with roster generation gen.
 func fltDecl(machine string, gen int, names ...string) string {
-	var cs []string
-	for _, n := range names {
-		cs = append(cs, fmt.Sprintf(`{"name": %q, "image": %q, "command": ["sh", "-c", "trap \"exit 0\" TERM; sleep 600 & wait"], "stop_timeout": "5s"}`, n, podmantest.Image))
+	d := decltest.Declaration(uint64(gen)).Machine(machine).Flag(spec.FlagOff)
+	d.Name("alpha.internal", "10.1.1.1")
+	for i := 1; i <= gen; i++ {
+		d.Name(fmt.Sprintf("n%d.internal", i), fmt.Sprintf("10.2.0.%d", i))
 	}
-	return fmt.Sprintf(`{"schema": 1, "machine": %q, "generation": %d, "mesh_names": "off", "roster": %s, "containers": [%s]}`,
-		machine, gen, fltRoster(gen), strings.Join(cs, ", "))
+	for _, n := range names {
+		d.Container(decltest.App{Name: n, Image: podmantest.Image, Command: []string{"sh", "-c", `trap "exit 0" TERM; sleep 600 & wait`}, StopTimeout: "5s"})
+	}
+	return d.String()
 }
 
 // fltRunningIDs returns name -> ID of the test's running containers, and

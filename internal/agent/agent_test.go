@@ -15,7 +15,7 @@ import (
 
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
-	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -83,25 +83,26 @@ func newFixture(t testing.TB, passed bool, mods ...func(*Config)) *fixture {
 	return &fixture{a, rt, source, srv, state}
 }
 
+// declaration is decltest.Declaration(gen) with mesh_names flag, containers
+// app0... and names svc0.node0.internal...: the declaration most tests push.
 func declaration(gen uint64, flag spec.MeshNamesFlag, containers, names int) []byte {
-	var cs []string
-	for i := range containers {
-		cs = append(cs, fmt.Sprintf(`{"name": "app%d", "image": "busybox", "env": {"N": "%d"}}`, i, i))
-	}
-	var ns []string
-	for i := range names {
-		ns = append(ns, fmt.Sprintf(`"svc%d.node%d.internal": ["10.%d.%d.%d"]`, i, i%50, 64+i/65536, i/256%256, i%256))
-	}
-	return []byte(fmt.Sprintf(`{"schema": 1, "machine": "ace", "generation": %d, "mesh_names": %q,
-	  "roster": {"generation": %d, "zones": ["internal"], "names": {%s}},
-	  "containers": [%s]}`, gen, flag, gen, strings.Join(ns, ","), strings.Join(cs, ",")))
+	return decl(gen, flag, containers, names).JSON()
+}
+
+// decl is declaration's builder, to change further.
+func decl(gen uint64, flag spec.MeshNamesFlag, containers, names int) *decltest.Decl {
+	return decltest.Declaration(gen).Flag(flag).Apps(containers).Names(names)
 }
 
 func (f *fixture) push(t testing.TB, doc []byte) *Report {
 	t.Helper()
-	if _, err := f.source.Offer(doc, "test"); err != nil {
-		t.Fatal(err)
-	}
+	decltest.Push(t, f.source, decltest.Raw(doc))
+	return f.pass(t)
+}
+
+// pass runs one pass, failing t on an error.
+func (f *fixture) pass(t testing.TB) *Report {
+	t.Helper()
 	rep, err := f.agent.Pass(context.Background())
 	if err != nil {
 		t.Fatalf("Pass: %v", err)
@@ -109,23 +110,9 @@ func (f *fixture) push(t testing.TB, doc []byte) *Report {
 	return rep
 }
 
-func ids(rt *memory.Runtime) map[string]string {
-	out := map[string]string{}
-	for _, c := range rt.Containers() {
-		out[c.Name] = c.ID
-	}
-	return out
-}
+func ids(rt *memory.Runtime) map[string]string { return decltest.IDs(rt) }
 
-func replaced(before, after map[string]string) int {
-	n := 0
-	for name, id := range after {
-		if old, ok := before[name]; ok && old != id {
-			n++
-		}
-	}
-	return n
-}
+func replaced(before, after map[string]string) int { return decltest.Replaced(before, after) }
 
 func TestResolveModeRosterChangesReplaceNothing(t *testing.T) {
 	f := newFixture(t, true)
@@ -152,33 +139,6 @@ func TestCopyModeUntilProbePasses(t *testing.T) {
 		if mode != "copy" {
 			t.Errorf("%s in %s mode without a passed probe; want copy (fail closed)", name, mode)
 		}
-	}
-}
-
-func TestRosterShrinkIsHeld(t *testing.T) {
-	logs := &syncbuf.Buffer{}
-	f := newFixture(t, true, func(c *Config) { c.Logger = newTextLogger(logs) })
-	f.push(t, declaration(1, spec.FlagOn, 2, 100))
-	rep := f.push(t, declaration(2, spec.FlagOn, 2, 40)) // drops 60 of 100 names
-	if rep.RosterHeld == "" || !strings.Contains(rep.RosterHeld, "drops 60 of 100 names") {
-		t.Fatalf("RosterHeld = %q, want the drop reported", rep.RosterHeld)
-	}
-	// The guard waiting for meshhost roster accept is no error.
-	if l := logLine(logs.String(), "msg=\"roster held\""); !strings.Contains(l, "level=WARN") {
-		t.Errorf("the held roster's line: %q, want level=WARN\n%s", l, logs)
-	}
-	if got := f.srv.Roster().Generation; got != 1 {
-		t.Fatalf("resolver serves roster %d, want 1 (the held one must not be applied)", got)
-	}
-	if err := AcceptRoster(statedir.New(f.state), 2); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := f.agent.Pass(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.RosterHeld != "" || f.srv.Roster().Generation != 2 {
-		t.Errorf("after roster accept 2: held %q, serving %d; want applied", rep.RosterHeld, f.srv.Roster().Generation)
 	}
 }
 

@@ -6,12 +6,12 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/spec"
 )
@@ -85,21 +85,14 @@ func subnet(prefix, gw string) []migrations.Subnet {
 // roster names, of containers by name on the networks given (none: the
 // default network).
 func usedDeclaration(gen uint64, names int, containers map[string][]string) []byte {
-	var cs []string
+	d := decltest.Declaration(gen).Flag(spec.FlagAuto)
 	for _, name := range slices.Sorted(maps.Keys(containers)) {
-		var ns []string
-		for _, n := range containers[name] {
-			ns = append(ns, fmt.Sprintf(`{"name": %q}`, n))
-		}
-		cs = append(cs, fmt.Sprintf(`{"name": %q, "image": "busybox", "networks": [%s]}`, name, strings.Join(ns, ",")))
+		d.Container(decltest.App{Name: name, Image: "busybox", Networks: append([]string{}, containers[name]...)})
 	}
-	var rs []string
 	for i := range names {
-		rs = append(rs, fmt.Sprintf(`"svc%d.internal": ["10.64.0.%d"]`, i, i+1))
+		d.Name(fmt.Sprintf("svc%d.internal", i), fmt.Sprintf("10.64.0.%d", i+1))
 	}
-	return []byte(fmt.Sprintf(`{"schema": 1, "machine": "ace", "generation": %d, "mesh_names": "auto",
-	  "roster": {"generation": %d, "zones": ["internal"], "names": {%s}},
-	  "containers": [%s]}`, gen, gen, strings.Join(rs, ","), strings.Join(cs, ",")))
+	return d.JSON()
 }
 
 // TestAutoIgnoresUnusedNetworks is the agent's side of flag auto waiting

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/pass"
 	"github.com/meshhost/meshhost/reconcile"
@@ -22,10 +23,9 @@ import (
 	"github.com/meshhost/meshhost/spec"
 )
 
-// declarationEnv is declaration() whose containers' env holds env, and
-// whose roster has the declaration's generation.
+// declarationEnv is declaration() whose containers' env holds E=env.
 func declarationEnv(gen uint64, flag spec.MeshNamesFlag, containers, names int, env string) []byte {
-	return []byte(strings.ReplaceAll(string(declaration(gen, flag, containers, names)), `"env": {"N": "`, `"env": {"E": "`+env+`", "N": "`))
+	return decl(gen, flag, containers, names).Env("E", env).JSON()
 }
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
@@ -128,9 +128,7 @@ func TestBlastRadiusHold(t *testing.T) {
 
 	// 3: a newer declaration replaces the held one and is judged afresh:
 	// two containers change, within the hold, and are applied.
-	doc := strings.Replace(string(declarationEnv(3, spec.FlagOn, 6, 12, "a")), `{"name": "app0", "image": "busybox", "env": {"E": "a"`, `{"name": "app0", "image": "busybox", "env": {"E": "c"`, 1)
-	doc = strings.Replace(doc, `{"name": "app1", "image": "busybox", "env": {"E": "a"`, `{"name": "app1", "image": "busybox", "env": {"E": "c"`, 1)
-	rep = f.push(t, []byte(doc))
+	rep = f.push(t, decl(3, spec.FlagOn, 6, 12).Env("E", "a").AppEnv("app0", "E", "c").AppEnv("app1", "E", "c").JSON())
 	if rep.Held != nil {
 		t.Fatalf("declaration 3 replaces 2 containers and is held: %+v", rep.Held)
 	}
@@ -165,58 +163,53 @@ func TestBlastRadiusHold(t *testing.T) {
 	}
 }
 
-// TestBlastRadiusHoldCountsRemovals: a declaration that removes every
+// TestBlastRadiusHoldCounts: what a plan does to a container counts
+// against HoldAbove whatever it is: a declaration that removes every
 // container is held as one that replaces them (it was neither held nor
-// paced), and says so in the report, the metrics and the log line;
-// approved, the budget paces its removals.
-func TestBlastRadiusHoldCountsRemovals(t *testing.T) {
-	f, reg, logs := holdFixture(t)
-	ctx := context.Background()
-	f.push(t, declarationEnv(1, spec.FlagOn, 6, 10, "a"))
-	rep := f.push(t, declaration(2, spec.FlagOn, 0, 10))
-	if !rep.Held.Held() || len(rep.Held.Removals) != 6 || len(rep.Held.Replacements) != 0 {
-		t.Fatalf("report's hold = %+v, want declaration 2 held for 6 removals", rep.Held)
-	}
-	if n := len(ids(f.rt)); n != 6 {
-		t.Errorf("a held declaration left %d containers of 6", n)
-	}
-	if g, r, m, p := gauge(t, reg, "meshhost_agent_declaration_held"), gauge(t, reg, "meshhost_agent_held_replacements"),
-		gauge(t, reg, "meshhost_agent_held_removals"), pendingHeld(t, reg); g != 1 || r != 0 || m != 6 || p != 6 {
-		t.Errorf("held metrics = held %v, replacements %v, removals %v, pending held %v; want 1, 0, 6, 6", g, r, m, p)
-	}
-	for _, want := range []string{"declaration 2 held: it would remove 6 containers, more than --hold-above 3", "removals=6", "removed=app5,app4,app3,app2,app1,app0"} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("the hold's log line does not say %q:\n%s", want, logs)
-		}
-	}
-	if err := ApproveDeclaration(statedir.New(f.state), 2); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := f.agent.Pass(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Result == nil || rep.Result.Count(reconcile.Remove) != 2 || rep.Result.Deferred != 4 || len(ids(f.rt)) != 4 {
-		t.Errorf("approved, with a budget of 2: result %+v, %d containers left; want 2 removed, 4 deferred", rep.Result, len(ids(f.rt)))
-	}
-}
-
-// TestBlastRadiusHoldCountsTheMigrationSwitch: switching the flag from
-// off to on replaces every container once (copy to resolve mode): that is
-// a blast radius like any other, and is held too.
-func TestBlastRadiusHoldCountsTheMigrationSwitch(t *testing.T) {
-	f, _, _ := holdFixture(t)
-	f.push(t, declarationEnv(1, spec.FlagOff, 5, 10, "a"))
-	before := ids(f.rt)
-	rep := f.push(t, declarationEnv(2, spec.FlagOn, 5, 10, "a"))
-	if !rep.Held.Held() || len(rep.Held.Replacements) != 5 {
-		t.Fatalf("the switch to resolve mode: hold %+v, want 5 replacements held", rep.Held)
-	}
-	if r := rep.Held.Replacements[0].Reason; !strings.Contains(r, "dns") || !strings.Contains(r, "hosts") {
-		t.Errorf("the replacement's reason %q does not name the mode switch (hosts, dns)", r)
-	}
-	if n := replaced(before, ids(f.rt)); n != 0 {
-		t.Errorf("the held switch replaced %d containers", n)
+// paced), and says so in the report, the metrics and the log line, and
+// approved, the budget paces its removals; switching the flag from off to
+// on replaces every container once (copy to resolve mode): a blast radius
+// like any other, held too.
+func TestBlastRadiusHoldCounts(t *testing.T) {
+	for _, tc := range []struct {
+		pushCase
+		then func(t *testing.T, f *fixture, reg *prometheus.Registry, logs *syncbuf.Buffer)
+	}{
+		{pushCase: pushCase{name: "Removals",
+			before:   []decltest.Doc{decl(1, spec.FlagOn, 6, 10).Env("E", "a")},
+			push:     decl(2, spec.FlagOn, 0, 10),
+			wantHeld: &heldWant{removals: 6}, wantRoster: 2, wantContainers: 6,
+		}, then: func(t *testing.T, f *fixture, reg *prometheus.Registry, logs *syncbuf.Buffer) {
+			if g, r, m, p := gauge(t, reg, "meshhost_agent_declaration_held"), gauge(t, reg, "meshhost_agent_held_replacements"),
+				gauge(t, reg, "meshhost_agent_held_removals"), pendingHeld(t, reg); g != 1 || r != 0 || m != 6 || p != 6 {
+				t.Errorf("held metrics = held %v, replacements %v, removals %v, pending held %v; want 1, 0, 6, 6", g, r, m, p)
+			}
+			for _, want := range []string{"declaration 2 held: it would remove 6 containers, more than --hold-above 3", "removals=6", "removed=app5,app4,app3,app2,app1,app0"} {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("the hold's log line does not say %q:\n%s", want, logs)
+				}
+			}
+			if err := ApproveDeclaration(statedir.New(f.state), 2); err != nil {
+				t.Fatal(err)
+			}
+			rep := f.pass(t)
+			if rep.Result == nil || rep.Result.Count(reconcile.Remove) != 2 || rep.Result.Deferred != 4 || len(ids(f.rt)) != 4 {
+				t.Errorf("approved, with a budget of 2: result %+v, %d containers left; want 2 removed, 4 deferred", rep.Result, len(ids(f.rt)))
+			}
+		}},
+		{pushCase: pushCase{name: "TheMigrationSwitch",
+			before:   []decltest.Doc{decl(1, spec.FlagOff, 5, 10).Env("E", "a")},
+			push:     decl(2, spec.FlagOn, 5, 10).Env("E", "a"),
+			wantHeld: &heldWant{replacements: 5, reason: []string{"dns", "hosts"}}, wantContainers: 5,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, reg, logs := holdFixture(t)
+			runPush(t, f, tc.pushCase)
+			if tc.then != nil {
+				tc.then(t, f, reg, logs)
+			}
+		})
 	}
 }
 
@@ -233,9 +226,7 @@ func TestFreeze(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 2: app0's env changes, app2 goes, app3 comes, and the roster moves.
-	doc := strings.Replace(string(declarationEnv(2, spec.FlagOn, 4, 11, "a")), `{"name": "app0", "image": "busybox", "env": {"E": "a"`, `{"name": "app0", "image": "busybox", "env": {"E": "z"`, 1)
-	doc = strings.Replace(doc, `{"name": "app2", "image": "busybox", "env": {"E": "a", "N": "2"}},`, ``, 1)
-	rep := f.push(t, []byte(doc))
+	rep := f.push(t, decl(2, spec.FlagOn, 4, 11).Env("E", "a").AppEnv("app0", "E", "z").Drop("app2").JSON())
 	if !rep.Frozen || rep.Result != nil {
 		t.Fatalf("frozen pass: frozen %v, result %v; want frozen and nothing applied", rep.Frozen, rep.Result)
 	}

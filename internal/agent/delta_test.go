@@ -19,26 +19,17 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
+	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )
 
-// deltaDoc is a declaration delta for the fixture's machine: declaration
-// generation gen, roster from -> to, setting set (name -> address) and
-// removing remove.
+// deltaDoc is decltest.Delta(gen, from, to) setting set (name -> address)
+// and removing remove.
 func deltaDoc(gen, from, to uint64, set map[string]string, remove ...string) []byte {
-	var sets []string
-	for _, n := range slices.Sorted(mapKeys(set)) {
-		sets = append(sets, fmt.Sprintf("%q: [%q]", n, set[n]))
-	}
-	var rm []string
-	for _, n := range remove {
-		rm = append(rm, fmt.Sprintf("%q", n))
-	}
-	return fmt.Appendf(nil, `{"schema": 1, "machine": "ace", "generation": %d,
-	  "roster_delta": {"from": %d, "generation": %d, "set": {%s}, "remove": [%s]}}`,
-		gen, from, to, strings.Join(sets, ", "), strings.Join(rm, ", "))
+	return decltest.Delta(gen, from, to).SetMap(set).Remove(remove...).JSON()
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {
@@ -161,58 +152,81 @@ func (f *fixture) srvUpstreams() []netip.AddrPort {
 // force, one removing a name the roster does not have, and one before any
 // declaration are refused, and change nothing.
 func TestDeltaRefused(t *testing.T) {
-	f := newFixture(t, true)
-	if _, err := f.source.Offer(deltaDoc(1, 0, 1, map[string]string{"a.internal": "10.0.0.1"}), "test"); !errors.Is(err, declsource.ErrDeltaBase) {
-		t.Errorf("a delta before any declaration: %v, want ErrDeltaBase", err)
-	}
-	f.push(t, declaration(1, spec.FlagOn, 2, 10))
 	for _, tc := range []struct {
-		doc  []byte
-		is   error
-		want string
+		name  string
+		first bool // offered before any declaration; otherwise after declaration 1 (roster 1, 10 names)
+		doc   decltest.Doc
+		want  decltest.Verdict
 	}{
-		{deltaDoc(2, 5, 6, map[string]string{"a.internal": "10.0.0.1"}), declsource.ErrDeltaBase, "roster_delta.from: 5, but the roster in force is generation 1"},
-		{deltaDoc(1, 1, 2, map[string]string{"a.internal": "10.0.0.1"}), declsource.ErrConflict, "generation: 1 is in force with roster generation 1, not 2"},
-		{deltaDoc(2, 1, 2, nil, "nope.internal"), nil, `roster_delta.remove[0]: "nope.internal" is not in roster generation 1`},
+		{"before_any_declaration", true, decltest.Delta(1, 0, 1).Set("a.internal", "10.0.0.1"), decltest.Refused(declsource.ErrDeltaBase, "")},
+		{"from_another_generation", false, decltest.Delta(2, 5, 6).Set("a.internal", "10.0.0.1"),
+			decltest.Refused(declsource.ErrDeltaBase, "roster_delta.from: 5, but the roster in force is generation 1")},
+		{"declaration_generation_in_force", false, decltest.Delta(1, 1, 2).Set("a.internal", "10.0.0.1"),
+			decltest.Refused(declsource.ErrConflict, "generation: 1 is in force with roster generation 1, not 2")},
+		{"removes_absent_name", false, decltest.Delta(2, 1, 2).Remove("nope.internal"),
+			decltest.Refused(nil, `roster_delta.remove[0]: "nope.internal" is not in roster generation 1`)},
 	} {
-		_, err := f.source.Offer(tc.doc, "test")
-		if err == nil || tc.is != nil && !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Offer(%s) = %v, want %v saying %q", tc.doc, err, tc.is, tc.want)
-		}
-	}
-	if h, _ := f.source.Head(); h.Declaration.Generation != 1 || h.Declaration.Roster.Generation != 1 || h.Names != 10 {
-		t.Errorf("after refused deltas: %+v", h)
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, true)
+			if !tc.first {
+				f.push(t, declaration(1, spec.FlagOn, 2, 10))
+			}
+			decltest.Offer(t, f.source, tc.doc, tc.want)
+			if tc.first {
+				if h, ok := f.source.Head(); ok {
+					t.Errorf("after a refused first delta, a declaration is in force: %+v", h)
+				}
+				return
+			}
+			if h, _ := f.source.Head(); h.Declaration.Generation != 1 || h.Declaration.Roster.Generation != 1 || h.Names != 10 {
+				t.Errorf("after a refused delta: %+v", h)
+			}
+		})
 	}
 }
 
-// TestDeltaHeld: a delta that drops more than the guard allows is held
-// like a whole roster; deltas after it pile onto it; accepting the
-// generation puts them all in force.
-func TestDeltaHeld(t *testing.T) {
-	f := newFixture(t, true)
-	f.push(t, declaration(1, spec.FlagOn, 2, 20))
+// TestRosterHeld: a roster that drops more names than the guard allows
+// is held (the resolver goes on serving the one before, and a WARN line
+// says so: waiting for meshhost roster accept is no error), whole or as a
+// delta; rosters after it pile onto it; accepting the generation puts the
+// newest declared in force.
+func TestRosterHeld(t *testing.T) {
 	var drop []string
 	for i := range 10 {
-		drop = append(drop, fmt.Sprintf("svc%d.node%d.internal", i, i))
+		drop = append(drop, decltest.SvcName(i))
 	}
-	rep := f.push(t, deltaDoc(2, 1, 2, nil, drop...))
-	if !strings.Contains(rep.RosterHeld, "drops 10 of 20 names") || f.srv.Roster().Generation != 1 {
-		t.Fatalf("held = %q, serving %d; want the drop held and 1 served", rep.RosterHeld, f.srv.Roster().Generation)
-	}
-	rep = f.push(t, deltaDoc(3, 2, 3, map[string]string{"late.internal": "10.9.9.9"}))
-	if rep.RosterHeld == "" || f.srv.Roster().Generation != 1 {
-		t.Fatalf("a delta on top of a held one: held %q, serving %d; want still held", rep.RosterHeld, f.srv.Roster().Generation)
-	}
-	if err := AcceptRoster(statedir.New(f.state), 3); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := f.agent.Pass(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _ := f.source.Roster()
-	if diff := cmp.Diff(want, f.srv.Roster(), cmpRoster...); rep.RosterHeld != "" || diff != "" {
-		t.Errorf("after roster accept 3: held %q, served (-declared +served):\n%s", rep.RosterHeld, diff)
+	for _, tc := range []struct {
+		pushCase
+		more   []decltest.Doc // pushed after it, still held
+		accept uint64
+	}{
+		{pushCase: pushCase{name: "Shrink", before: []decltest.Doc{decl(1, spec.FlagOn, 2, 100)}, push: decl(2, spec.FlagOn, 2, 40),
+			wantRoster: 1, wantRosterHeld: "drops 60 of 100 names"}, accept: 2},
+		{pushCase: pushCase{name: "Delta", before: []decltest.Doc{decl(1, spec.FlagOn, 2, 20)}, push: decltest.Delta(2, 1, 2).Remove(drop...),
+			wantRoster: 1, wantRosterHeld: "drops 10 of 20 names"},
+			more: []decltest.Doc{decltest.Delta(3, 2, 3).Set("late.internal", "10.9.9.9")}, accept: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &syncbuf.Buffer{}
+			f := newFixture(t, true, func(c *Config) { c.Logger = newTextLogger(logs) })
+			runPush(t, f, tc.pushCase)
+			if l := logLine(logs.String(), "msg=\"roster held\""); !strings.Contains(l, "level=WARN") {
+				t.Errorf("the held roster's line: %q, want level=WARN\n%s", l, logs)
+			}
+			for _, d := range tc.more {
+				if rep := f.push(t, d.JSON()); rep.RosterHeld == "" || f.srv.Roster().Generation != 1 {
+					t.Fatalf("%s on top of a held roster: held %q, serving %d; want still held", d.JSON(), rep.RosterHeld, f.srv.Roster().Generation)
+				}
+			}
+			if err := AcceptRoster(statedir.New(f.state), tc.accept); err != nil {
+				t.Fatal(err)
+			}
+			rep := f.pass(t)
+			want, _ := f.source.Roster()
+			if diff := cmp.Diff(want, f.srv.Roster(), cmpRoster...); rep.RosterHeld != "" || diff != "" || f.srv.Roster().Generation != tc.accept {
+				t.Errorf("after roster accept %d: held %q, serving %d, served (-declared +served):\n%s", tc.accept, rep.RosterHeld, f.srv.Roster().Generation, diff)
+			}
+		})
 	}
 }
 
@@ -447,10 +461,9 @@ func TestRosterDeltaAlone(t *testing.T) {
 	f := newFixture(t, true)
 	f.push(t, declaration(1, spec.FlagOn, 2, 20))
 	declBefore, _ := readFile(statedir.New(f.state).Declaration())
-	a := netip.MustParseAddr("10.99.0.1")
 	for i, d := range []*spec.RosterDelta{
-		{From: 1, To: 2, Set: map[string][]netip.Addr{"new.internal": {a}}},
-		{From: 2, To: 3, Remove: []string{"svc3.node3.internal"}},
+		decltest.Delta(1, 1, 2).Set("new.internal", "10.99.0.1").Value(),
+		decltest.Delta(1, 2, 3).Remove(decltest.SvcName(3)).Value(),
 	} {
 		if err := f.source.PutRosterDelta("ace", 1, d, "nats"); err != nil {
 			t.Fatalf("PutRosterDelta #%d: %v", i, err)

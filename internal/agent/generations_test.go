@@ -2,13 +2,12 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"net/netip"
-	"strings"
 	"testing"
 
 	"github.com/meshhost/meshhost/internal/agent/declsource"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
@@ -20,24 +19,39 @@ import (
 // generation with other names, is refused instead of silently leaving
 // names at their old addresses.
 func TestRosterGenerationsCannotLie(t *testing.T) {
-	f := newFixture(t, true)
-	f.push(t, declaration(3, spec.FlagOn, 2, 10))
-
-	// Declaration 4 whose roster claims generation 3 with other names.
-	lie := strings.Replace(string(declaration(4, spec.FlagOn, 2, 11)), `"roster": {"generation": 4`, `"roster": {"generation": 3`, 1)
-	_, err := f.source.Offer([]byte(lie), "test")
-	if !errors.Is(err, declsource.ErrConflict) || !strings.Contains(err.Error(), "roster generation 3 is served with other names") {
-		t.Fatalf("Offer(roster 3 with another name) = %v, want a conflict naming roster generation 3", err)
+	for _, tc := range []struct {
+		name    string
+		restart bool // offered to a restarted agent whose resolver serves its saved roster 3
+		doc     decltest.Doc
+		want    decltest.Verdict
+	}{
+		{"reused_generation_other_names", false, decl(4, spec.FlagOn, 2, 11).RosterGen(3),
+			decltest.Refused(declsource.ErrConflict, "roster generation 3 is served with other names")},
+		{"older_after_restart", true, decl(5, spec.FlagOn, 2, 10).RosterGen(2),
+			decltest.Refused(declsource.ErrConflict, "2 is older than roster generation 3, served")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, true)
+			f.push(t, declaration(3, spec.FlagOn, 2, 10))
+			source := f.source
+			if tc.restart {
+				source = restartServing(t, f)
+			}
+			decltest.Offer(t, source, tc.doc, tc.want)
+		})
 	}
+}
 
-	// A restarted agent: the resolver serves its saved roster 3, the
-	// first pass (before any declaration) tells the Source, and a first
-	// declaration with roster 2 is refused.
+// restartServing starts a second agent on f's state and runtime whose
+// resolver serves the saved roster; its first pass (before any
+// declaration) tells its Source. It returns that Source.
+func restartServing(t *testing.T, f *fixture) *declsource.Source {
+	t.Helper()
 	srv, err := resolver.New(resolver.Config{StatePath: statedir.New(f.state).Roster(), Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(func() { srv.Close() })
 	source := declsource.New(declsource.Config{Machine: "ace"})
 	rec, err := reconcile.New(reconcile.Config{Runtime: f.rt, Owner: "ace"})
 	if err != nil {
@@ -50,8 +64,5 @@ func TestRosterGenerationsCannotLie(t *testing.T) {
 	if rep, err := a.Pass(context.Background()); rep != nil || err != nil { // the first pass, nothing declared yet
 		t.Fatalf("a first pass without a declaration = %v, %v", rep, err)
 	}
-	older := strings.Replace(string(declaration(5, spec.FlagOn, 2, 10)), `"roster": {"generation": 5`, `"roster": {"generation": 2`, 1)
-	if _, err := source.Offer([]byte(older), "test"); !errors.Is(err, declsource.ErrConflict) || !strings.Contains(err.Error(), "2 is older than roster generation 3, served") {
-		t.Errorf("Offer(roster 2) to a restarted agent serving roster 3 = %v, want a conflict", err)
-	}
+	return source
 }

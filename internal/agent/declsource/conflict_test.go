@@ -18,22 +18,20 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 	"github.com/meshhost/meshhost/internal/testkit/syncbuf"
 	"github.com/meshhost/meshhost/spec"
-	"github.com/meshhost/meshhost/spec/specjson"
 )
 
 // genDoc is a declaration of generation gen whose roster is rosterGen with
 // names, and whose one container has image and the env value secret.
-func genDoc(gen, rosterGen int, names, image, secret string) string {
-	return fmt.Sprintf(`{"schema": 1, "machine": "ace", "generation": %d,
-	  "roster": {"generation": %d, "zones": ["internal"], "names": {%s}},
-	  "containers": [{"name": "app", "image": %q, "env": {"DB_PASSWORD": %q}}]}`, gen, rosterGen, names, image, secret)
+func genDoc(gen, rosterGen int, names map[string]string, image, secret string) string {
+	return decltest.Declaration(uint64(gen)).RosterGen(uint64(rosterGen)).NameMap(names).App("app", image, "DB_PASSWORD", secret).String()
 }
 
-const (
-	namesA = `"a.internal": ["10.0.0.1"], "b.internal": ["10.0.0.2"]`
-	namesB = `"a.internal": ["10.0.0.9"], "c.internal": ["10.0.0.3"]`
+var (
+	namesA = map[string]string{"a.internal": "10.0.0.1", "b.internal": "10.0.0.2"}
+	namesB = map[string]string{"a.internal": "10.0.0.9", "c.internal": "10.0.0.3"}
 )
 
 func refusedCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
@@ -74,7 +72,7 @@ func TestGenerationsCannotLie(t *testing.T) {
 	if _, err := s.Offer([]byte(first), "test"); err != nil {
 		t.Fatal(err)
 	}
-	served := mustRoster(t, `{"generation": 3, "zones": ["internal"], "names": {`+namesA+`}}`)
+	served := decltest.NewRoster(3).NameMap(namesA).Value()
 	s.SetServed(served.Generation, func() *spec.Roster { return served })
 
 	tests := []struct {
@@ -238,15 +236,6 @@ func put(t *testing.T, url, body string) (int, string) {
 		lines = append(lines, (&spec.FieldError{Path: f.Path, Reason: f.Reason}).Error())
 	}
 	return resp.StatusCode, strings.Join(lines, "\n")
-}
-
-func mustRoster(t *testing.T, doc string) *spec.Roster {
-	t.Helper()
-	r, err := specjson.ParseRoster([]byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 func newLogger(w *syncbuf.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

@@ -12,13 +12,13 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 	"github.com/meshhost/meshhost/spec"
 )
 
 func TestPut(t *testing.T) {
 	decl := func(machine string, gen, rosterGen uint64) *spec.Declaration {
-		return &spec.Declaration{Schema: 1, Machine: machine, Generation: gen, MeshNames: spec.FlagOff,
-			Roster: &spec.Roster{Generation: rosterGen, Names: map[string][]netip.Addr{"a.internal": {netip.MustParseAddr("10.0.0.1")}}}}
+		return decltest.Declaration(gen).Machine(machine).Flag(spec.FlagOff).RosterGen(rosterGen).Zones().Name("a.internal", "10.0.0.1").Value()
 	}
 	s := New(Config{Machine: "ace"})
 	changed := func() bool {
@@ -80,8 +80,7 @@ func TestPutRosterDelta(t *testing.T) {
 	if err := s.PutRosterDelta("ace", 5, &spec.RosterDelta{From: 0, To: 3, Set: map[string][]netip.Addr{"a.internal": {a1}}}, "nats"); !errors.Is(err, ErrDeltaBase) || !errors.Is(err, spec.ErrDeltaBase) {
 		t.Errorf("PutRosterDelta before any declaration = %v, want ErrDeltaBase (and spec.ErrDeltaBase)", err)
 	}
-	d := &spec.Declaration{Schema: 1, Machine: "ace", Generation: 5, MeshNames: spec.FlagOff,
-		Roster: &spec.Roster{Generation: 3, Zones: []string{"internal"}, Names: map[string][]netip.Addr{"a.internal": {a1}, "b.internal": {a1}}}}
+	d := decltest.Declaration(5).Flag(spec.FlagOff).RosterGen(3).Name("a.internal", a1.String()).Name("b.internal", a1.String()).Value()
 	if err := s.Put(d, "nats"); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package declsource
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,12 +13,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshhost/meshhost/internal/testkit/decltest"
 )
 
-func doc(gen int, image string) string {
-	return fmt.Sprintf(`{"schema": 1, "machine": "ace", "generation": %d,
-	  "roster": {"generation": 1, "names": {"a.internal": ["10.0.0.1"]}},
-	  "containers": [{"name": "app", "image": %q}]}`, gen, image)
+// doc is declaration gen with roster 1 (no zones, a.internal) and one
+// container app of image.
+func doc(gen int, image string) string { return docB(gen, image).String() }
+
+// docB is doc's builder, to change further.
+func docB(gen int, image string) *decltest.Decl {
+	return decltest.Declaration(uint64(gen)).RosterGen(1).Zones().Name("a.internal", "10.0.0.1").App("app", image)
 }
 
 func TestOffer(t *testing.T) {
@@ -145,16 +149,28 @@ func TestListenRefusesNonLoopback(t *testing.T) {
 	}
 }
 
+// deltaDoc is decltest.Delta(gen, from, to) setting the names of set (the
+// inside of a JSON object, name -> addresses, in order) and removing remove.
 func deltaDoc(gen, from, to int, set string, remove ...string) string {
-	rm := ""
-	for i, n := range remove {
-		if i > 0 {
-			rm += ", "
-		}
-		rm += fmt.Sprintf("%q", n)
+	d := decltest.Delta(uint64(gen), uint64(from), uint64(to)).Remove(remove...)
+	dec := json.NewDecoder(strings.NewReader("{" + set + "}"))
+	if _, err := dec.Token(); err != nil {
+		panic(err)
 	}
-	return fmt.Sprintf(`{"schema": 1, "machine": "ace", "generation": %d,
-	  "roster_delta": {"from": %d, "generation": %d, "set": {%s}, "remove": [%s]}}`, gen, from, to, set, rm)
+	for dec.More() {
+		var name string
+		var addrs []string
+		if tok, err := dec.Token(); err != nil {
+			panic(err)
+		} else {
+			name = tok.(string)
+		}
+		if err := dec.Decode(&addrs); err != nil {
+			panic(err)
+		}
+		d.Set(name, addrs...)
+	}
+	return d.String()
 }
 
 // TestOfferDelta: a declaration delta changes the roster in force in place
@@ -183,22 +199,6 @@ func TestOfferDelta(t *testing.T) {
 	if cur.Generation != 4 || cur.Roster.Generation != 3 || len(cur.Roster.Names) != 1 || cur.Roster.Names["b.internal"] == nil || cur.Containers[0].Image != "busybox" {
 		t.Errorf("Current = %d, roster %d %v, containers %v", cur.Generation, cur.Roster.Generation, cur.Roster.Names, cur.Containers)
 	}
-	for _, tc := range []struct {
-		doc    string
-		is     error
-		reason string
-	}{
-		{deltaDoc(5, 2, 4, `"c.internal": ["10.0.0.3"]`), ErrDeltaBase, "roster_delta.from: 2, but the roster in force is generation 3"},
-		{deltaDoc(4, 3, 4, `"c.internal": ["10.0.0.3"]`), ErrConflict, "generation: 4 is in force with roster generation 3, not 4"},
-		{deltaDoc(2, 3, 4, `"c.internal": ["10.0.0.3"]`), ErrStale, "generation: 2 is older than generation 4, which is in force"},
-		{deltaDoc(5, 3, 4, ``, "a.internal"), nil, `roster_delta.remove[0]: "a.internal" is not in roster generation 3`},
-		{strings.Replace(deltaDoc(5, 3, 4, ``), `"ace"`, `"bob"`, 1), nil, `machine: "bob" is another machine`},
-	} {
-		_, err := s.Offer([]byte(tc.doc), "push")
-		if err == nil || tc.is != nil && !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.reason) {
-			t.Errorf("Offer(%s) = %v, want %v saying %q", tc.doc, err, tc.is, tc.reason)
-		}
-	}
 	changes, ok := s.ChangesSince(0)
 	if !ok || len(changes) != 3 {
 		t.Fatalf("ChangesSince(0) = %d changes, %v; want 3", len(changes), ok)
@@ -217,6 +217,39 @@ func TestOfferDelta(t *testing.T) {
 	}
 }
 
+// TestOfferDeltaRefused: on top of TestOfferDelta's state (declaration 4,
+// roster 3 with b.internal), a delta from another roster, one reusing the
+// generation in force, an older one, one removing a name the roster has
+// not and one for another machine are refused, and record no change.
+func TestOfferDeltaRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  decltest.Doc
+		want decltest.Verdict
+	}{
+		{"from_another_roster", decltest.Delta(5, 2, 4).Set("c.internal", "10.0.0.3"),
+			decltest.Refused(ErrDeltaBase, "roster_delta.from: 2, but the roster in force is generation 3")},
+		{"generation_in_force", decltest.Delta(4, 3, 4).Set("c.internal", "10.0.0.3"),
+			decltest.Refused(ErrConflict, "generation: 4 is in force with roster generation 3, not 4")},
+		{"older_generation", decltest.Delta(2, 3, 4).Set("c.internal", "10.0.0.3"),
+			decltest.Refused(ErrStale, "generation: 2 is older than generation 4, which is in force")},
+		{"removes_absent_name", decltest.Delta(5, 3, 4).Remove("a.internal"),
+			decltest.Refused(nil, `roster_delta.remove[0]: "a.internal" is not in roster generation 3`)},
+		{"another_machine", decltest.Delta(5, 3, 4).Machine("bob"), decltest.Refused(nil, `machine: "bob" is another machine`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Config{Machine: "ace"})
+			decltest.Push(t, s, docB(2, "busybox"),
+				decltest.Delta(3, 1, 2).Set("b.internal", "10.0.0.2").Set("a.internal", "10.0.0.9"),
+				decltest.Delta(4, 2, 3).Remove("a.internal"))
+			decltest.Offer(t, s, tc.doc, tc.want)
+			if changes, ok := s.ChangesSince(0); !ok || len(changes) != 3 {
+				t.Errorf("after a refused delta, ChangesSince(0) = %d changes, %v; want the 3 taken", len(changes), ok)
+			}
+		})
+	}
+}
+
 // TestOfferWholeRecordsItsChange: a whole declaration is recorded as what
 // changed from the one before: one name, not the roster.
 func TestOfferWholeRecordsItsChange(t *testing.T) {
@@ -224,7 +257,7 @@ func TestOfferWholeRecordsItsChange(t *testing.T) {
 	if _, err := s.Offer([]byte(doc(1, "busybox")), "test"); err != nil {
 		t.Fatal(err)
 	}
-	next := strings.Replace(doc(2, "busybox"), `"generation": 1, "names": {"a.internal": ["10.0.0.1"]}`, `"generation": 2, "names": {"a.internal": ["10.0.0.1"], "b.internal": ["10.0.0.2"]}`, 1)
+	next := docB(2, "busybox").RosterGen(2).Name("b.internal", "10.0.0.2").String()
 	if _, err := s.Offer([]byte(next), "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +331,7 @@ func TestWatchDirDeltas(t *testing.T) {
 	}
 
 	// A new watcher (a restart) begins at the newest whole declaration.
-	write("gen-000005.json", strings.Replace(doc(5, "e"), `"roster": {"generation": 1`, `"roster": {"generation": 5`, 1))
+	write("gen-000005.json", docB(5, "e").RosterGen(5).String())
 	write("gen-000006.json", deltaDoc(6, 5, 6, `"f.internal": ["10.0.0.6"]`))
 	s2 := New(Config{})
 	ctx, cancel = context.WithCancel(context.Background())
