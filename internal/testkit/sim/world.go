@@ -15,6 +15,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
+	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -128,6 +129,9 @@ type world struct {
 	// could not be saved (a full disk).
 	servedSaved   *spec.Roster
 	servedUnsaved bool
+	// unsavedAt is when the resolver last could not save the roster it
+	// serves; freedAt when the disk was last freed (savedByRetry).
+	unsavedAt, freedAt time.Time
 	// unsavedAtCrash: the roster served as the agent crashed was not
 	// saved; savedAtCrash the newest that was.
 	unsavedAtCrash bool
@@ -363,6 +367,7 @@ func describePass(rep *agent.Report, err error) string {
 func (w *world) restart(why string) error {
 	w.st.Restarts++
 	w.lastSaved = savedGeneration(w) // what the state directory holds as the process dies
+	w.savedByRetry()
 	w.servedAtCrash, w.unsavedAtCrash, w.savedAtCrash = w.m.srv.Roster(), w.servedUnsaved, w.servedSaved
 	w.m.stop()
 	w.rt.Recover()
@@ -390,6 +395,26 @@ func (w *world) noteServed(r *spec.Roster, saved bool) {
 	w.servedUnsaved = !saved && !w.strict
 	if saved {
 		w.servedSaved = r
+	} else {
+		w.unsavedAt = time.Now()
+	}
+}
+
+// savedByRetry marks the roster served as saved once the resolver must
+// have saved it again: it retries a failed save every
+// resolver.SaveRetryInterval, so one such interval after the later of
+// the failure and the disk being freed, with the disk free since, the
+// roster it serves is saved (sim-note.md defect 3, fixed).
+func (w *world) savedByRetry() {
+	if !w.servedUnsaved || w.release != nil {
+		return
+	}
+	since := w.unsavedAt
+	if w.freedAt.After(since) {
+		since = w.freedAt
+	}
+	if time.Since(since) > resolver.SaveRetryInterval {
+		w.servedUnsaved, w.servedSaved = false, w.m.srv.Roster()
 	}
 }
 
@@ -481,7 +506,7 @@ func (w *world) quiesce() error {
 func (w *world) freeDisk() {
 	if w.release != nil {
 		w.release()
-		w.release = nil
+		w.release, w.freedAt = nil, time.Now()
 		w.logf("disk freed")
 	}
 }
