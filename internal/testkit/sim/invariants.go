@@ -36,6 +36,7 @@ var invariants = []invariant{
 	{"RefusedInputChangesNothing", refusedInputChangesNothing},
 	{"FailsClosed", func(w *world) error { return failsClosed(w, w.rt.Containers()) }},
 	{"JournalInOrder", journalInOrder},
+	{"NamesNeverForwarded", namesNeverForwarded},
 }
 
 // violate records the first violation a step or a hook saw.
