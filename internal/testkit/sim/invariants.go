@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -94,6 +96,9 @@ func (w *world) watch(call memory.Call, now []memory.Container) {
 	if err := pauseSwitchesNothingToResolve(w, call, now); err != nil {
 		w.violate("PauseSwitchesNothingToResolve", at(err))
 	}
+	if err := dnsServersListened(w, now); err != nil {
+		w.violate("DNSServersListened", at(err))
+	}
 	if call.Method != "List" && call.Method != "Inspect" {
 		for name, id := range w.foreign {
 			if call.ID == id {
@@ -157,6 +162,29 @@ func pauseSwitchesNothingToResolve(w *world, call memory.Call, now []memory.Cont
 	for _, c := range now {
 		if c.Name == call.Name && c.Settings.Mode == spec.Resolve && w.modes[c.Name] == spec.Copy {
 			return fmt.Errorf("paused, and %q had its copy: its replacement %s is in resolve mode", c.Name, c.ID)
+		}
+	}
+	return nil
+}
+
+// dnsServersListened: every DNS server of a running resolve-mode
+// container of this machine is an address the resolver listens on (port
+// 53), as the agent's Exposer made it. Checked at every runtime call:
+// the agent exposes the resolver (the gate's step) before its pass calls
+// the runtime, so a new incarnation's first pass is judged too, and the
+// window between a start and that pass, when nothing listens, is not.
+func dnsServersListened(w *world, cs []memory.Container) error {
+	if w.m == nil {
+		return nil // booting
+	}
+	for _, c := range cs {
+		if c.Labels[reconcile.LabelOwner] != Machine || c.Settings.Mode != spec.Resolve || c.State != reconcile.StateRunning {
+			continue
+		}
+		for _, a := range c.Settings.DNS.Servers {
+			if !w.m.listens[netip.AddrPortFrom(a, 53)] {
+				return fmt.Errorf("%q (%s) is in resolve mode with the DNS server %s, where the resolver does not listen (it listens on %v)", c.Name, c.ID, a, slices.SortedFunc(maps.Keys(w.m.listens), netip.AddrPort.Compare))
+			}
 		}
 	}
 	return nil

@@ -71,14 +71,31 @@ func (r noting) noted(gen uint64, err error) {
 	}
 }
 
+// listening is the embedded resolver as the agent's Exposer is given it
+// (migrations.NewExposer, as the agent command makes it): everything goes
+// through but Listen and Unlisten, which only record the address (the
+// simulation has no sockets; the resolver is asked in-process, Answer).
+// The agent's listeners die with it: a new incarnation listens on nothing
+// until its first pass exposes the resolver.
+type listening struct {
+	*resolver.Server
+	on map[netip.AddrPort]bool
+}
+
+func (l listening) Listen(a netip.AddrPort) error   { l.on[a] = true; return nil }
+func (l listening) Unlisten(a netip.AddrPort) error { delete(l.on, a); return nil }
+
 // incarnation is one boot of the agent from the state directory.
 type incarnation struct {
 	source *declsource.Source
 	srv    *resolver.Server
-	gate   *migrations.Gate
-	jnl    *journal.Journal
-	rec    *reconcile.Reconciler
-	agent  *agent.Agent
+	// listens is every address the resolver listens on, as the agent's
+	// Exposer made it.
+	listens map[netip.AddrPort]bool
+	gate    *migrations.Gate
+	jnl     *journal.Journal
+	rec     *reconcile.Reconciler
+	agent   *agent.Agent
 }
 
 // boot starts the agent from dir over rt, as the agent command does: the
@@ -139,15 +156,21 @@ func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, s
 		srv.Close()
 		return nil, err
 	}
+	listens := map[netip.AddrPort]bool{}
+	exp, err := migrations.NewExposer(migrations.ExposerConfig{Resolver: listening{srv, listens}})
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
 	a, err := agent.New(agent.Config{
 		Runtime: rt, Reconciler: rec, Resolver: noting{srv, note}, Gate: gate, Source: source, Networks: bridge{},
-		Journal: jnl, State: dir, Saved: saved, Guard: Guard, HoldAbove: HoldAbove,
+		Exposer: exp, Journal: jnl, State: dir, Saved: saved, Guard: Guard, HoldAbove: HoldAbove,
 	})
 	if err != nil {
 		srv.Close()
 		return nil, err
 	}
-	return &incarnation{source: source, srv: srv, gate: gate, jnl: jnl, rec: rec, agent: a}, nil
+	return &incarnation{source: source, srv: srv, listens: listens, gate: gate, jnl: jnl, rec: rec, agent: a}, nil
 }
 
 // proveNetworks records a passed probe of the runtime's network in the

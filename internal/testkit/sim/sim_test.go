@@ -92,6 +92,7 @@ func (s *Stats) add(o Stats) {
 	s.Quiesces += o.Quiesces
 	s.ResolveChecks += o.ResolveChecks
 	s.AcceptedShrinks += o.AcceptedShrinks
+	s.SavedByRetry += o.SavedByRetry
 }
 
 func (s Stats) per(n int) string {
@@ -99,8 +100,8 @@ func (s Stats) per(n int) string {
 		return ""
 	}
 	f := func(x int) float64 { return float64(x) / float64(n) }
-	return fmt.Sprintf("per seed: %.0f steps, %.1f passes, %.1f restarts, %.1f faults, %.1f inputs accepted, %.1f refused, %.1f quiesces, %.2f resolve-mode roster-only passes judged, %.2f accepted shrinks served",
-		f(s.Steps), f(s.Passes), f(s.Restarts), f(s.Faults), f(s.Accepted), f(s.Refused), f(s.Quiesces), f(s.ResolveChecks), f(s.AcceptedShrinks))
+	return fmt.Sprintf("per seed: %.0f steps, %.1f passes, %.1f restarts, %.1f faults, %.1f inputs accepted, %.1f refused, %.1f quiesces, %.2f resolve-mode roster-only passes judged, %.2f accepted shrinks served, %.2f restarts after a save retry",
+		f(s.Steps), f(s.Passes), f(s.Restarts), f(s.Faults), f(s.Accepted), f(s.Refused), f(s.Quiesces), f(s.ResolveChecks), f(s.AcceptedShrinks), f(s.SavedByRetry))
 }
 
 // TestSimReplays: a seed's run is the same every time, step by step, so

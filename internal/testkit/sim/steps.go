@@ -16,6 +16,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/memory"
+	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -49,10 +50,27 @@ var stepKinds = []stepKind{
 		if w.fill != nil && w.release == nil {
 			w.release = w.fill()
 			w.logf("disk full")
+			if w.rng.IntN(2) == 0 {
+				// A roster commit reaches the resolver on a full disk
+				// (the one input whose roster is in force without a
+				// save of the declaration first): served, not saved.
+				return w.rosterCommit()
+			}
 		}
 		return nil
 	}},
-	{"disk freed", 3, func(w *world) error { w.freeDisk(); return nil }},
+	{"disk freed", 3, func(w *world) error {
+		full := w.release != nil
+		w.freeDisk()
+		if full && w.rng.IntN(2) == 0 {
+			// Long enough for the resolver to retry a save that failed
+			// while the disk was full (resolver.SaveRetryInterval).
+			d := resolver.SaveRetryInterval + time.Second
+			time.Sleep(d)
+			w.logf("clock +%s", d)
+		}
+		return nil
+	}},
 	{"podman up", 3, func(w *world) error { w.rt.Recover(); w.logf("podman's API is back (faults disarmed)"); return nil }},
 	{"quiesce", 2, func(w *world) error { w.logf("quiesce"); return w.quiesce() }},
 }

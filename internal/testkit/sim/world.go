@@ -64,8 +64,9 @@ type Stats struct {
 	Steps, Passes, Restarts, Faults, Refused, Accepted, Quiesces int
 	// ResolveChecks counts the passes the resolve-mode roster invariant
 	// judged (a roster-only change after a converged pass, in resolve
-	// mode); AcceptedShrinks the shrinks served after an accept.
-	ResolveChecks, AcceptedShrinks int
+	// mode); AcceptedShrinks the shrinks served after an accept;
+	// SavedByRetry the restarts judged by the resolver's save retry.
+	ResolveChecks, AcceptedShrinks, SavedByRetry int
 }
 
 // world is one run: the machine (runtime and state directory, which
@@ -397,6 +398,7 @@ func (w *world) noteServed(r *spec.Roster, saved bool) {
 		w.servedSaved = r
 	} else {
 		w.unsavedAt = time.Now()
+		w.logf("the resolver serves roster %d, not saved", r.Generation)
 	}
 }
 
@@ -415,6 +417,7 @@ func (w *world) savedByRetry() {
 	}
 	if time.Since(since) > resolver.SaveRetryInterval {
 		w.servedUnsaved, w.servedSaved = false, w.m.srv.Roster()
+		w.st.SavedByRetry++
 	}
 }
 
