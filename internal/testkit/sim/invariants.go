@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/pass/rosterguard"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -39,6 +40,7 @@ var invariants = []invariant{
 	{"FailsClosed", func(w *world) error { return failsClosed(w, w.rt.Containers()) }},
 	{"JournalInOrder", journalInOrder},
 	{"NamesNeverForwarded", namesNeverForwarded},
+	{"JournalIsTheAcceptedInputs", journalIsTheAcceptedInputs},
 }
 
 // violate records the first violation a step or a hook saw.
@@ -204,12 +206,78 @@ func failsClosed(w *world, cs []memory.Container) error {
 	return nil
 }
 
+// journalIsTheAcceptedInputs: every declaration the journal records is
+// one an input made, document and all (journal.RecordDeclaration's form:
+// the roster without its names), at its generation. With JournalInOrder
+// (generations increasing) and journalHoldsApplied (a converged pass's
+// declaration is recorded), the journal's history is the accepted inputs
+// the agent applied, in the order accepted; one superseded before any
+// pass applied it is not in it.
+func journalIsTheAcceptedInputs(w *world) error {
+	entries, err := w.journal()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !slices.Contains(w.accepted[e.Generation], string(e.Declaration)) {
+			return fmt.Errorf("the journal records declaration %d (roster %d, %d containers), which no accepted input made (%d accepted at that generation)", e.Generation, e.RosterGeneration, e.Containers, len(w.accepted[e.Generation]))
+		}
+	}
+	return nil
+}
+
+// journalHoldsApplied: after a pass that applied d and converged, with
+// room on the disk, the journal's newest declaration is d's generation.
+func journalHoldsApplied(w *world, d *spec.Declaration) error {
+	entries, err := w.journal()
+	if err != nil {
+		return err
+	}
+	if len(entries) == 0 || entries[len(entries)-1].Generation != d.Generation {
+		last := any("none")
+		if len(entries) > 0 {
+			last = entries[len(entries)-1].Generation
+		}
+		return fmt.Errorf("a converged pass applied declaration %d; the journal's newest is %v", d.Generation, last)
+	}
+	return nil
+}
+
+// journal is the journal's declaration entries, read once a step (and
+// again after a pass).
+func (w *world) journal() ([]journal.DeclarationEntry, error) {
+	if w.jnlRead != nil && w.jnlStep == w.step && w.jnlPasses == w.st.Passes {
+		return w.jnlRead, nil
+	}
+	entries, err := w.m.jnl.Declarations()
+	if err != nil {
+		return nil, fmt.Errorf("reading the journal: %w", err)
+	}
+	w.jnlRead, w.jnlStep, w.jnlPasses = entries, w.step, w.st.Passes
+	return entries, nil
+}
+
+// journalDoc is d as the journal records it: its roster without names.
+func journalDoc(d *spec.Declaration) string {
+	doc := *d
+	if d.Roster != nil {
+		r := *d.Roster
+		r.Names = nil
+		doc.Roster = &r
+	}
+	b, err := json.Marshal(&doc)
+	if err != nil {
+		return "unmarshalable: " + err.Error()
+	}
+	return string(b)
+}
+
 // journalInOrder: the journal's declarations are in the order they were
 // applied, each newer than the one before, none newer than the one saved.
 func journalInOrder(w *world) error {
-	entries, err := w.m.jnl.Declarations()
+	entries, err := w.journal()
 	if err != nil {
-		return fmt.Errorf("reading the journal: %w", err)
+		return err
 	}
 	saved := savedGeneration(w)
 	for i, e := range entries {

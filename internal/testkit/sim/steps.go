@@ -398,6 +398,11 @@ func (w *world) expectAccepted(what, path string, doc []byte, roster *spec.Roste
 // (most of the time: now and then the agent crashes, or a pass comes,
 // before it).
 func (w *world) took() {
+	if d, _ := w.m.source.Current(); d != nil {
+		if doc := journalDoc(d); !slices.Contains(w.accepted[d.Generation], doc) {
+			w.accepted[d.Generation] = append(w.accepted[d.Generation], doc)
+		}
+	}
 	if r, _ := w.m.source.Roster(); r != nil {
 		w.rosters[r.Generation] = fingerprintRoster(r)
 	}

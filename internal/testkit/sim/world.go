@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
@@ -110,6 +111,14 @@ type world struct {
 	// rosters records every roster the Source took, by generation (its
 	// fingerprint): the resolver must serve one of them.
 	rosters map[uint64]string
+	// accepted is every declaration the Source took, by generation (a
+	// roster commit moves the roster under the same generation), as the
+	// journal records it (journalDoc).
+	accepted map[uint64][]string
+	// jnlRead is the journal's declarations as read at step jnlStep after
+	// jnlPasses passes (world.journal).
+	jnlRead            []journal.DeclarationEntry
+	jnlStep, jnlPasses int
 	// foreign are the containers no reconciler of this machine owns, by
 	// name, with their IDs: never touched.
 	foreign map[string]string
@@ -189,6 +198,7 @@ func Run(seed uint64, opts Options) (*Failure, Stats) {
 		strict:   opts.Strict,
 		unserved: opts.Unserved,
 		rosters:  map[uint64]string{},
+		accepted: map[uint64][]string{},
 		foreign:  map[string]string{},
 		modes:    map[string]spec.NameMode{},
 		running:  map[string]string{},
@@ -308,6 +318,11 @@ func (w *world) pass(why string) {
 	w.passedSinceBoot = true
 	w.lastPass, w.lastPassErr = rep, err
 	w.logf("pass (%s): %s", why, describePass(rep, err))
+	if err == nil && converged(rep) && w.release == nil && d != nil {
+		if err := journalHoldsApplied(w, d); err != nil {
+			w.violate("JournalIsTheAcceptedInputs", err)
+		}
+	}
 }
 
 // converged reports whether a pass's plan was all Keep: nothing held,
