@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -98,10 +99,12 @@ type incarnation struct {
 	agent   *agent.Agent
 }
 
-// boot starts the agent from dir over rt, as the agent command does: the
+// boot starts the agent from dir over rt, as the agent command does (now
+// is the wall clock of the gate and the reconciler: synctest's, set back
+// by the backward steps before this boot): the
 // resolver first (serving its saved roster), the saved declaration as the
 // Source's initial one, the gate, the journal, the reconciler.
-func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, saved bool), servedAtBoot bool) (*incarnation, error) {
+func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, saved bool), servedAtBoot bool, now func() time.Time) (*incarnation, error) {
 	if err := dir.Create(); err != nil {
 		return nil, err
 	}
@@ -133,7 +136,7 @@ func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, s
 			source.SetServed(r.Generation, srv.Roster)
 		}
 	}
-	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: Machine})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: Machine, Now: now})
 	if err != nil {
 		srv.Close()
 		return nil, fmt.Errorf("gate: %w", err)
@@ -148,10 +151,12 @@ func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, s
 		srv.Close()
 		return nil, fmt.Errorf("hash key: %w", err)
 	}
-	rec, err := reconcile.New(reconcile.Config{
-		Runtime: rt, Owner: Machine, Budget: Budget, Concurrency: 1, HashKey: hashKey,
+	// As the agent command: the budget's charges kept in the state
+	// directory across restarts, saved after every pass.
+	rec, saveState, err := agent.OpenReconciler(reconcile.Config{
+		Runtime: rt, Owner: Machine, Budget: Budget, Concurrency: 1, HashKey: hashKey, Now: now,
 		Frozen: func() bool { f, _ := agent.Frozen(dir); return f != nil },
-	})
+	}, dir.Reconciler(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		srv.Close()
 		return nil, err
@@ -165,6 +170,7 @@ func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, s
 	a, err := agent.New(agent.Config{
 		Runtime: rt, Reconciler: rec, Resolver: noting{srv, note}, Gate: gate, Source: source, Networks: bridge{},
 		Exposer: exp, Journal: jnl, State: dir, Saved: saved, Guard: Guard, HoldAbove: HoldAbove,
+		AfterPass: func(*agent.Report) { saveState() },
 	})
 	if err != nil {
 		srv.Close()

@@ -655,7 +655,7 @@ func (w *world) crashMidPass() error {
 // migrate pauses or resumes the migration as `meshhost migrate pause`
 // does: through a gate of its own on the agent's state file.
 func (w *world) migrate(pause bool) error {
-	g, err := migrations.OpenGate(migrations.GateConfig{Path: w.dir.Migrations(), Owner: Machine})
+	g, err := migrations.OpenGate(migrations.GateConfig{Path: w.dir.Migrations(), Owner: Machine, Now: w.clock()})
 	if err != nil {
 		w.logf("migrate: %v", err)
 		return nil
@@ -681,9 +681,20 @@ func (w *world) podmanDown() error {
 	return nil
 }
 
-// clockJump moves the clock on: budget windows pass, proofs age.
+// clockJump moves the clock on: budget windows pass, proofs age. One
+// jump in four sets the wall clock back instead, while the agent is down
+// (a wrong RTC at boot, NTP stepping it before the agent starts): the
+// agent restarts with the gate's and the reconciler's clock (Config.Now)
+// set back, and finds in the state directory times in its future (the
+// budget's charges, the proofs). synctest's clock only moves on, so the
+// rest of the process (timers, the resolver, the journal's stamps) does
+// not see the step.
 func (w *world) clockJump() error {
 	d := time.Duration(1+w.rng.IntN(60)) * time.Duration(w.rng.IntN(3)*4+1) * time.Minute / 2
+	if w.rng.IntN(4) == 0 {
+		w.back += d
+		return w.restart(fmt.Sprintf("the wall clock set back %s", d))
+	}
 	time.Sleep(d)
 	w.logf("clock +%s", d)
 	return nil

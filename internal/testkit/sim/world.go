@@ -115,6 +115,9 @@ type world struct {
 	// roster commit moves the roster under the same generation), as the
 	// journal records it (journalDoc).
 	accepted map[uint64][]string
+	// back is how far the wall clock has gone back (clockJump): the gate's
+	// and the reconciler's clock is synctest's, less back (clock).
+	back time.Duration
 	// jnlRead is the journal's declarations as read at step jnlStep after
 	// jnlPasses passes (world.journal).
 	jnlRead            []journal.DeclarationEntry
@@ -281,7 +284,7 @@ func (w *world) setup() error {
 		w.foreign[f.name] = id
 	}
 	w.rt.Watch(w.watch)
-	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved)
+	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved, w.clock())
 	if err != nil {
 		return err
 	}
@@ -387,7 +390,7 @@ func (w *world) restart(why string) error {
 	w.servedAtCrash, w.unsavedAtCrash, w.savedAtCrash = w.m.srv.Roster(), w.servedUnsaved, w.servedSaved
 	w.m.stop()
 	w.rt.Recover()
-	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved)
+	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved, w.clock())
 	if err != nil {
 		return fmt.Errorf("restarting: %w", err)
 	}
@@ -403,6 +406,17 @@ func (w *world) restart(why string) error {
 	// first pass after it is judged against the last one before.
 	w.logf("crash and restart (%s)", why)
 	return nil
+}
+
+// clock is an incarnation's wall clock: the machine's as it booted. A
+// process reads the wall clock with a monotonic reading, which a step
+// of the wall clock does not move (time.Time.Sub), so the simulation
+// sets the clock back only while no agent runs (clockBack): what a
+// step back changes is the times that outlive a process, in its state
+// files.
+func (w *world) clock() func() time.Time {
+	back := w.back
+	return func() time.Time { return time.Now().Add(-back) }
 }
 
 // noteServed remembers the roster the resolver serves after a change, and
