@@ -48,6 +48,7 @@ var stepKinds = []stepKind{
 	{"podman down", 2, (*world).podmanDown},
 	{"disk full", 2, func(w *world) error {
 		if w.fill != nil && w.release == nil {
+			w.savedByRetry() // what the resolver saved while the disk had room
 			w.release = w.fill()
 			w.logf("disk full")
 			if w.rng.IntN(2) == 0 {
