@@ -20,7 +20,7 @@ import (
 var (
 	seedFlag = flag.Uint64("seed", 0, "run this one seed (replays a failure exactly); 0: draw seeds")
 	seeds    = flag.Int("sim.seeds", 0, "run this many seeds (0: as many as -sim.duration allows)")
-	duration = flag.Duration("sim.duration", 30*time.Second, "run seeds for this long (when -sim.seeds is 0; -short: 5s)")
+	duration = flag.Duration("sim.duration", 100*time.Second, "run seeds for this long (when -sim.seeds is 0; -short: 5s): make test runs the package in about two minutes under -race")
 	steps    = flag.Int("sim.steps", 120, "steps per seed")
 	first    = flag.Uint64("sim.first", 1, "the first seed drawn (seeds are first, first+1, ...)")
 	skipFlag = flag.String("sim.skip", "", "with -seed: leave out these steps (1,4,7-9: a shrunk schedule)")
