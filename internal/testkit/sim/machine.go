@@ -104,7 +104,7 @@ type incarnation struct {
 // by the backward steps before this boot): the
 // resolver first (serving its saved roster), the saved declaration as the
 // Source's initial one, the gate, the journal, the reconciler.
-func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, saved bool), servedAtBoot bool, now func() time.Time) (*incarnation, error) {
+func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, saved bool), servedAtBoot bool, now func() time.Time, probe func(nets []migrations.Network) []migrations.Result) (*incarnation, error) {
 	if err := dir.Create(); err != nil {
 		return nil, err
 	}
@@ -171,12 +171,30 @@ func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, s
 		Runtime: rt, Reconciler: rec, Resolver: noting{srv, note}, Gate: gate, Source: source, Networks: bridge{},
 		Exposer: exp, Journal: jnl, State: dir, Saved: saved, Guard: Guard, HoldAbove: HoldAbove,
 		AfterPass: func(*agent.Report) { saveState() },
+		NewProber: func(string) (agent.Prober, error) { return scripted{probe, exp}, nil },
 	})
 	if err != nil {
 		srv.Close()
 		return nil, err
 	}
 	return &incarnation{source: source, srv: srv, listens: listens, gate: gate, jnl: jnl, rec: rec, agent: a}, nil
+}
+
+// scripted is the agent's prober: it probes nothing, and answers what the
+// schedule says (world.probe): a pass, or a failure, at the gate's clock.
+// As the real one (migrations.Runner), it exposes the resolver through
+// the strategy before each probe, and leaves it exposed whatever the
+// outcome.
+type scripted struct {
+	probe func(nets []migrations.Network) []migrations.Result
+	exp   *migrations.Exposer
+}
+
+func (p scripted) Probe(_ context.Context, nets []migrations.Network, _ map[string]migrations.Strategy) []migrations.Result {
+	for _, n := range nets {
+		p.exp.Expose(n, migrations.StrategyGateway) // the recording Listen does not fail
+	}
+	return p.probe(nets)
 }
 
 // proveNetworks records a passed probe of the runtime's network in the

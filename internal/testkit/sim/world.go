@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
 	"github.com/meshhost/meshhost/resolver"
@@ -40,6 +42,10 @@ type Options struct {
 	// the roster the resolver serves only at the agent's first pass
 	// (sim-note.md, defect 2). Default: told at boot, as it should be.
 	Unserved bool
+	// StrictDNS judges DNSServersListened after a failed probe too
+	// (sim2-note.md, defect 5: a rolled-back network is not exposed after
+	// a restart while a container still runs on it in resolve mode).
+	StrictDNS bool
 	// Skip leaves these steps out of the schedule (a shrunk schedule).
 	Skip map[int]bool
 
@@ -68,6 +74,7 @@ type Stats struct {
 	// mode); AcceptedShrinks the shrinks served after an accept;
 	// SavedByRetry the restarts judged by the resolver's save retry.
 	ResolveChecks, AcceptedShrinks, SavedByRetry int
+	Probes                                       int // the scripted prober's answers
 }
 
 // world is one run: the machine (runtime and state directory, which
@@ -80,8 +87,14 @@ type world struct {
 	in   string // the directory of watched files (file and directory inputs)
 	// watched is the seed's watched path: "file" or "dir".
 	watched string
-	// proven: the gate has a passed probe of the runtime's network.
-	proven bool
+	// proven: the gate has a passed probe of the runtime's network;
+	// probeFailed: the latest probe the agent ran failed.
+	proven, probeFailed bool
+	// probeFailedBefore: the latest probe before the pass running now
+	// failed (a pass exposes the resolver before it probes).
+	probeFailedBefore bool
+	// created is the container the runtime call being judged created.
+	created string
 	// natsDecl is what the NATS source delivered last (a roster commit
 	// or a whole declaration), which its watcher delivers again at start.
 	natsDecl *spec.Declaration
@@ -96,14 +109,14 @@ type world struct {
 	modes map[string]spec.NameMode
 	// fill fills the state directory's file system (nil: no full-disk
 	// faults); release frees it while it is full.
-	strict, unserved bool // Options.Strict, Options.Unserved
-	fill             func() (release func())
-	release          func()
-	rt               *memory.Runtime
-	m                *incarnation
-	step             int
-	log              []string
-	st               Stats
+	strict, unserved, strictDNS bool // Options.Strict, Options.Unserved, Options.StrictDNS
+	fill                        func() (release func())
+	release                     func()
+	rt                          *memory.Runtime
+	m                           *incarnation
+	step                        int
+	log                         []string
+	st                          Stats
 
 	// offered is the highest declaration generation offered; rosterGen the
 	// highest roster generation.
@@ -193,18 +206,19 @@ func Run(seed uint64, opts Options) (*Failure, Stats) {
 		opts.Steps = 120
 	}
 	w := &world{
-		seed:     seed,
-		rng:      stepRand(seed, 0),
-		dir:      statedir.New(filepath.Join(opts.Dir, "state")),
-		in:       filepath.Join(cmp.Or(opts.InDir, opts.Dir), "in"),
-		fill:     opts.Fill,
-		strict:   opts.Strict,
-		unserved: opts.Unserved,
-		rosters:  map[uint64]string{},
-		accepted: map[uint64][]string{},
-		foreign:  map[string]string{},
-		modes:    map[string]spec.NameMode{},
-		running:  map[string]string{},
+		seed:      seed,
+		rng:       stepRand(seed, 0),
+		dir:       statedir.New(filepath.Join(opts.Dir, "state")),
+		in:        filepath.Join(cmp.Or(opts.InDir, opts.Dir), "in"),
+		fill:      opts.Fill,
+		strict:    opts.Strict,
+		strictDNS: opts.StrictDNS,
+		unserved:  opts.Unserved,
+		rosters:   map[uint64]string{},
+		accepted:  map[uint64][]string{},
+		foreign:   map[string]string{},
+		modes:     map[string]spec.NameMode{},
+		running:   map[string]string{},
 	}
 	w.watched = []string{"file", "dir"}[w.rng.IntN(2)]
 	w.rt = memory.New(memory.Options{})
@@ -284,7 +298,7 @@ func (w *world) setup() error {
 		w.foreign[f.name] = id
 	}
 	w.rt.Watch(w.watch)
-	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved, w.clock())
+	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved, w.clock(), w.probe)
 	if err != nil {
 		return err
 	}
@@ -317,6 +331,7 @@ func (w *world) pass(why string) {
 	w.cleanBefore = w.lastPass != nil && (w.lastPassErr == nil && converged(w.lastPass) || w.blockedByForeign() && w.lastPass.RosterHeld == "" && !w.lastPass.Held.Held() && !w.lastPass.Frozen)
 	d, _ := w.m.source.Current()
 	w.passDecl = d
+	w.probeFailedBefore = w.probeFailed
 	rep, err := w.m.agent.Pass(context.Background())
 	w.passedSinceBoot = true
 	w.lastPass, w.lastPassErr = rep, err
@@ -390,7 +405,7 @@ func (w *world) restart(why string) error {
 	w.servedAtCrash, w.unsavedAtCrash, w.savedAtCrash = w.m.srv.Roster(), w.servedUnsaved, w.servedSaved
 	w.m.stop()
 	w.rt.Recover()
-	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved, w.clock())
+	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved, w.clock(), w.probe)
 	if err != nil {
 		return fmt.Errorf("restarting: %w", err)
 	}
@@ -417,6 +432,29 @@ func (w *world) restart(why string) error {
 func (w *world) clock() func() time.Time {
 	back := w.back
 	return func() time.Time { return time.Now().Add(-back) }
+}
+
+// probe is the scripted prober's answer for nets: in a seed whose
+// network is never proven, a failure, always; in the others a failure one
+// probe in three, else a pass. probeFailed remembers the latest outcome
+// (FailsClosed).
+func (w *world) probe(nets []migrations.Network) []migrations.Result {
+	pass := w.proven && w.rng.IntN(3) != 0
+	w.probeFailed = !pass
+	now := w.clock()()
+	out := make([]migrations.Result, 0, len(nets))
+	for _, n := range nets {
+		r := migrations.Result{Network: n.Name, Kind: migrations.KindBridge, Pass: pass, At: now, Strategy: migrations.StrategyGateway}
+		if pass {
+			r.DNS = spec.DNSConfig{Servers: []netip.Addr{netip.MustParseAddr("10.88.0.1")}, Search: []string{"internal"}, Options: []string{"ndots:1"}}
+		} else {
+			r.Reason = "the scripted probe fails"
+		}
+		out = append(out, r)
+	}
+	w.st.Probes++
+	w.logf("probe: pass=%v", pass)
+	return out
 }
 
 // noteServed remembers the roster the resolver serves after a change, and
