@@ -96,7 +96,7 @@ fuzz-short:
 # sim: the deterministic simulation of one machine (internal/testkit/sim)
 # for SEEDS seeds from SEED_FIRST; a failure prints its seed and the
 # command that replays it. `make test` runs it too, for its default
-# -sim.duration (30s, plus the seed in progress). sim-mutants breaks each
+# -sim.duration (100s, plus the seed in progress: about two minutes under -race). sim-mutants breaks each
 # rule of internal/testkit/sim/testdata/mutants.txt on purpose, one at a
 # time on a scratch copy of the tree, and says which the simulation caught
 # (SIM_DURATION each, default 60s).

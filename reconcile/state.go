@@ -82,9 +82,17 @@ func (s *state) refund(at []time.Time) {
 	}
 }
 
-// pruneLocked drops replacements older than the window.
+// pruneLocked drops replacements older than the window. A charge from
+// the future (restored from Config.BudgetUsed, stamped by a clock that
+// has since gone back) is counted as made now: its age is unknown, and
+// it expires a window from now rather than when the clock catches up
+// with it (every replacement would wait that long, an hour or a year).
+// Within a process the clock's monotonic reading never goes back.
 func (s *state) pruneLocked(now time.Time) {
 	assertLocked(&s.mu)
+	for i := len(s.used) - 1; i >= 0 && s.used[i].After(now); i-- {
+		s.used[i] = now
+	}
 	cut := now.Add(-s.budget.Window)
 	i := 0
 	for i < len(s.used) && !s.used[i].After(cut) {

@@ -69,6 +69,9 @@ type replyTo struct {
 	udp  *net.UDPConn
 	addr netip.AddrPort
 	tcp  *tcpConn
+	// forwarded, when set, is a dry run's (Server.Answer): the question
+	// is not forwarded, and *forwarded says it would have been.
+	forwarded *bool
 }
 
 // send sends b (which it does not keep) without waiting for the client: a
@@ -100,6 +103,10 @@ type forwardJob struct {
 // startForward sends job upstream; its answer goes to `to`. Beyond
 // maxForwards in flight it answers SERVFAIL at once.
 func (s *Server) startForward(job *forwardJob, to replyTo) {
+	if to.forwarded != nil {
+		*to.forwarded = true
+		return
+	}
 	if s.inflight.Add(1) > s.maxInflight.Load() {
 		s.inflight.Add(-1)
 		s.metrics.count(job.qtype, rcodeServFail)

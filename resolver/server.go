@@ -149,6 +149,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.state = st
+		s.wg.Go(func() { s.retrySaves(s.ctx) })
 	}
 
 	if len(cfg.Upstreams) > 0 {

@@ -1,12 +1,14 @@
 package resolver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/meshhost/meshhost/internal/plumbing/deltalog"
 	"github.com/meshhost/meshhost/internal/plumbing/yield"
@@ -105,11 +107,22 @@ func applyRecords(r *spec.Roster, records []deltalog.Record, path string) error 
 	return nil
 }
 
+// SaveRetryInterval is how often a roster served but not saved (its save
+// failed: a full disk) is saved again, whole, until a save succeeds: a
+// restart then serves it, not the roster saved before, even if no update
+// comes after the disk is freed.
+const SaveRetryInterval = 10 * time.Second
+
 // state is a Server's saved roster.
 type state struct {
 	path       string
 	store      *deltalog.Store
 	compacting atomic.Bool
+	// unsaved is set, under the Server's updateMu, while the roster
+	// served is not the one saved (its save failed); failed wakes
+	// retrySaves when it is set.
+	unsaved atomic.Bool
+	failed  chan struct{}
 }
 
 func openState(path string, saved savedState, faults deltalog.Faults) (*state, error) {
@@ -118,7 +131,65 @@ func openState(path string, saved savedState, faults deltalog.Faults) (*state, e
 		return nil, err
 	}
 	st.SetFaults(faults)
-	return &state{path: path, store: st}, nil
+	return &state{path: path, store: st, failed: make(chan struct{}, 1)}, nil
+}
+
+// saved records, under the Server's updateMu, how the save of the roster
+// now served ended (err nil: saved), and wakes retrySaves when it failed.
+func (st *state) saved(err error) {
+	st.unsaved.Store(err != nil)
+	if err != nil {
+		select {
+		case st.failed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// retrySaves saves the roster served again, whole, every
+// SaveRetryInterval while its save has failed, until ctx is done.
+func (s *Server) retrySaves(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.state.failed:
+		}
+		t := time.NewTimer(SaveRetryInterval)
+		for s.state.unsaved.Load() {
+			t.Reset(SaveRetryInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			s.retrySave()
+		}
+		t.Stop()
+	}
+}
+
+// retrySave saves the roster served, whole, if its save failed. It holds
+// the lock that orders updates, so that no update's save races it: an
+// update waits for one write of the roster file, once per
+// SaveRetryInterval, only while saves fail.
+func (s *Server) retrySave() {
+	s.updateMu.Lock()
+	defer s.updateMu.Unlock()
+	if !s.state.unsaved.Load() {
+		return
+	}
+	t := s.table.Load()
+	err := s.safely(t.gen, "saving", func() error { return s.state.saveWhole(t, s.Busy) })
+	s.state.saved(err)
+	if err != nil {
+		if !errors.Is(err, deltalog.ErrFrozen) { // handed over: the successor saves
+			s.log.Warn("the roster served is still not saved; retrying", "roster_generation", t.gen, "retry_seconds", SaveRetryInterval.Seconds(), "err", err)
+		}
+		return
+	}
+	s.log.Info("roster saved after an earlier failure", "roster_generation", t.gen, "path", s.state.path)
 }
 
 // saveWhole writes t's roster as the roster file, atomically (a temporary

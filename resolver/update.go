@@ -29,7 +29,8 @@ var ErrStaleGeneration = errors.New("roster generation is not newer than the one
 // changed. Any other roster is compiled and saved whole.
 //
 // When only saving fails, the new roster is served anyway and the error says
-// so: serving the newest roster matters more than remembering it.
+// so: serving the newest roster matters more than remembering it. It is
+// saved again every SaveRetryInterval until that succeeds.
 //
 // A panic while validating, compiling or saving a roster (a bug: every
 // roster Validate accepts must compile) is recovered, logged with its
@@ -76,8 +77,10 @@ func (s *Server) Update(r *spec.Roster) error {
 	}
 	s.swapLocked(t, nil, start, "whole")
 	if s.state != nil {
-		if err := s.safely(r.Generation, "saving", func() error { return s.state.saveWhole(t, s.Busy) }); err != nil {
-			return fmt.Errorf("roster generation %d is served but not saved: %w", r.Generation, err)
+		err := s.safely(r.Generation, "saving", func() error { return s.state.saveWhole(t, s.Busy) })
+		s.state.saved(err)
+		if err != nil {
+			return fmt.Errorf("roster generation %d is served but not saved (saved again every %s until that succeeds): %w", r.Generation, SaveRetryInterval, err)
 		}
 	}
 	return nil
@@ -160,8 +163,10 @@ func (s *Server) applyLocked(cur *table, d *spec.RosterDelta, start time.Time, k
 		if kind == "whole" {
 			save = func() error { return s.state.saveWhole(t, s.Busy) }
 		}
-		if err := s.safely(d.To, "saving", save); err != nil {
-			return fmt.Errorf("roster generation %d is served but not saved: %w", d.To, err)
+		err := s.safely(d.To, "saving", save)
+		s.state.saved(err)
+		if err != nil {
+			return fmt.Errorf("roster generation %d is served but not saved (saved again every %s until that succeeds): %w", d.To, SaveRetryInterval, err)
 		}
 		s.state.maybeCompact(s)
 	}

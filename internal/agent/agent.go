@@ -587,7 +587,11 @@ func (a *Agent) recordDeclarationLocked(ctx context.Context, head declsource.Hea
 			served = h.Served
 		}
 		if _, err := a.cfg.Journal.RecordDeclarationServing(decl, diff, time.Now(), served); err != nil && !errors.Is(err, journal.ErrOlderGeneration) {
-			a.log.WarnContext(ctx, "recording the declaration in the journal", "err", err)
+			// Not applied as far as the journal goes: the next pass
+			// records it again (a full disk freed), or the history
+			// would miss it for good, and rollback with it.
+			a.log.WarnContext(ctx, "recording the declaration in the journal; the next pass retries", "err", err)
+			return
 		}
 	}
 	a.applied, a.journalSeq = decl.Generation, head.Seq

@@ -13,7 +13,11 @@
 // fakes NATS's delivery (Source.PutRosterDelta and Source.Put), and runs under
 // testing/synctest, so every clock the code reads is the bubble's fake
 // clock (which starts at the same instant each run and moves only when the
-// schedule sleeps). The same seed replays the same run, call by call.
+// schedule sleeps). The wall clock of the gate and the reconciler (their
+// Config.Now) can also be set back across a restart, which synctest's
+// cannot. The resolver is asked in-process (resolver.Server.Answer), and
+// its listeners, as the agent's Exposer opens them, are only recorded:
+// no socket is opened. The same seed replays the same run, call by call.
 //
 // Glossary:
 //   - step: one operation of the schedule (an input, a control, a fault, a

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
@@ -71,20 +72,39 @@ func (r noting) noted(gen uint64, err error) {
 	}
 }
 
+// listening is the embedded resolver as the agent's Exposer is given it
+// (migrations.NewExposer, as the agent command makes it): everything goes
+// through but Listen and Unlisten, which only record the address (the
+// simulation has no sockets; the resolver is asked in-process, Answer).
+// The agent's listeners die with it: a new incarnation listens on nothing
+// until its first pass exposes the resolver.
+type listening struct {
+	*resolver.Server
+	on map[netip.AddrPort]bool
+}
+
+func (l listening) Listen(a netip.AddrPort) error   { l.on[a] = true; return nil }
+func (l listening) Unlisten(a netip.AddrPort) error { delete(l.on, a); return nil }
+
 // incarnation is one boot of the agent from the state directory.
 type incarnation struct {
 	source *declsource.Source
 	srv    *resolver.Server
-	gate   *migrations.Gate
-	jnl    *journal.Journal
-	rec    *reconcile.Reconciler
-	agent  *agent.Agent
+	// listens is every address the resolver listens on, as the agent's
+	// Exposer made it.
+	listens map[netip.AddrPort]bool
+	gate    *migrations.Gate
+	jnl     *journal.Journal
+	rec     *reconcile.Reconciler
+	agent   *agent.Agent
 }
 
-// boot starts the agent from dir over rt, as the agent command does: the
+// boot starts the agent from dir over rt, as the agent command does (now
+// is the wall clock of the gate and the reconciler: synctest's, set back
+// by the backward steps before this boot): the
 // resolver first (serving its saved roster), the saved declaration as the
 // Source's initial one, the gate, the journal, the reconciler.
-func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, saved bool), servedAtBoot bool) (*incarnation, error) {
+func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, saved bool), servedAtBoot bool, now func() time.Time, probe func(nets []migrations.Network) []migrations.Result) (*incarnation, error) {
 	if err := dir.Create(); err != nil {
 		return nil, err
 	}
@@ -116,7 +136,7 @@ func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, s
 			source.SetServed(r.Generation, srv.Roster)
 		}
 	}
-	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: Machine})
+	gate, err := migrations.OpenGate(migrations.GateConfig{Path: dir.Migrations(), Owner: Machine, Now: now})
 	if err != nil {
 		srv.Close()
 		return nil, fmt.Errorf("gate: %w", err)
@@ -131,23 +151,50 @@ func boot(dir statedir.Dir, rt *memory.Runtime, note func(served *spec.Roster, s
 		srv.Close()
 		return nil, fmt.Errorf("hash key: %w", err)
 	}
-	rec, err := reconcile.New(reconcile.Config{
-		Runtime: rt, Owner: Machine, Budget: Budget, Concurrency: 1, HashKey: hashKey,
+	// As the agent command: the budget's charges kept in the state
+	// directory across restarts, saved after every pass.
+	rec, saveState, err := agent.OpenReconciler(reconcile.Config{
+		Runtime: rt, Owner: Machine, Budget: Budget, Concurrency: 1, HashKey: hashKey, Now: now,
 		Frozen: func() bool { f, _ := agent.Frozen(dir); return f != nil },
-	})
+	}, dir.Reconciler(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	listens := map[netip.AddrPort]bool{}
+	exp, err := migrations.NewExposer(migrations.ExposerConfig{Resolver: listening{srv, listens}})
 	if err != nil {
 		srv.Close()
 		return nil, err
 	}
 	a, err := agent.New(agent.Config{
 		Runtime: rt, Reconciler: rec, Resolver: noting{srv, note}, Gate: gate, Source: source, Networks: bridge{},
-		Journal: jnl, State: dir, Saved: saved, Guard: Guard, HoldAbove: HoldAbove,
+		Exposer: exp, Journal: jnl, State: dir, Saved: saved, Guard: Guard, HoldAbove: HoldAbove,
+		AfterPass: func(*agent.Report) { saveState() },
+		NewProber: func(string) (agent.Prober, error) { return scripted{probe, exp}, nil },
 	})
 	if err != nil {
 		srv.Close()
 		return nil, err
 	}
-	return &incarnation{source: source, srv: srv, gate: gate, jnl: jnl, rec: rec, agent: a}, nil
+	return &incarnation{source: source, srv: srv, listens: listens, gate: gate, jnl: jnl, rec: rec, agent: a}, nil
+}
+
+// scripted is the agent's prober: it probes nothing, and answers what the
+// schedule says (world.probe): a pass, or a failure, at the gate's clock.
+// As the real one (migrations.Runner), it exposes the resolver through
+// the strategy before each probe, and leaves it exposed whatever the
+// outcome.
+type scripted struct {
+	probe func(nets []migrations.Network) []migrations.Result
+	exp   *migrations.Exposer
+}
+
+func (p scripted) Probe(_ context.Context, nets []migrations.Network, _ map[string]migrations.Strategy) []migrations.Result {
+	for _, n := range nets {
+		p.exp.Expose(n, migrations.StrategyGateway) // the recording Listen does not fail
+	}
+	return p.probe(nets)
 }
 
 // proveNetworks records a passed probe of the runtime's network in the

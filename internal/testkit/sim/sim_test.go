@@ -18,16 +18,17 @@ import (
 )
 
 var (
-	seedFlag = flag.Uint64("seed", 0, "run this one seed (replays a failure exactly); 0: draw seeds")
-	seeds    = flag.Int("sim.seeds", 0, "run this many seeds (0: as many as -sim.duration allows)")
-	duration = flag.Duration("sim.duration", 30*time.Second, "run seeds for this long (when -sim.seeds is 0; -short: 5s)")
-	steps    = flag.Int("sim.steps", 120, "steps per seed")
-	first    = flag.Uint64("sim.first", 1, "the first seed drawn (seeds are first, first+1, ...)")
-	skipFlag = flag.String("sim.skip", "", "with -seed: leave out these steps (1,4,7-9: a shrunk schedule)")
-	strict   = flag.Bool("sim.strict", false, "the resolver never serves an older roster after a restart, even one whose save failed")
-	unserved = flag.Bool("sim.unserved", false, "boot as the agent command does today: the Source learns the served roster only at the first pass")
-	showLog  = flag.Bool("sim.log", false, "print every seed's schedule, failed or not")
-	shrinkT  = flag.Duration("sim.shrink", 30*time.Second, "how long to shrink a failing schedule (0: do not)")
+	seedFlag  = flag.Uint64("seed", 0, "run this one seed (replays a failure exactly); 0: draw seeds")
+	seeds     = flag.Int("sim.seeds", 0, "run this many seeds (0: as many as -sim.duration allows)")
+	duration  = flag.Duration("sim.duration", 100*time.Second, "run seeds for this long (when -sim.seeds is 0; -short: 5s): make test runs the package in about two minutes under -race")
+	steps     = flag.Int("sim.steps", 120, "steps per seed")
+	first     = flag.Uint64("sim.first", 1, "the first seed drawn (seeds are first, first+1, ...)")
+	skipFlag  = flag.String("sim.skip", "", "with -seed: leave out these steps (1,4,7-9: a shrunk schedule)")
+	strict    = flag.Bool("sim.strict", false, "the resolver never serves an older roster after a restart, even one whose save failed")
+	strictDNS = flag.Bool("sim.strictdns", false, "judge DNSServersListened after a failed probe too (sim2-note.md, defect 5)")
+	unserved  = flag.Bool("sim.unserved", false, "boot as the agent command does today: the Source learns the served roster only at the first pass")
+	showLog   = flag.Bool("sim.log", false, "print every seed's schedule, failed or not")
+	shrinkT   = flag.Duration("sim.shrink", 30*time.Second, "how long to shrink a failing schedule (0: do not)")
 )
 
 // TestSim runs the simulation for -sim.duration (or -sim.seeds seeds, or
@@ -92,6 +93,8 @@ func (s *Stats) add(o Stats) {
 	s.Quiesces += o.Quiesces
 	s.ResolveChecks += o.ResolveChecks
 	s.AcceptedShrinks += o.AcceptedShrinks
+	s.SavedByRetry += o.SavedByRetry
+	s.Probes += o.Probes
 }
 
 func (s Stats) per(n int) string {
@@ -99,8 +102,8 @@ func (s Stats) per(n int) string {
 		return ""
 	}
 	f := func(x int) float64 { return float64(x) / float64(n) }
-	return fmt.Sprintf("per seed: %.0f steps, %.1f passes, %.1f restarts, %.1f faults, %.1f inputs accepted, %.1f refused, %.1f quiesces, %.2f resolve-mode roster-only passes judged, %.2f accepted shrinks served",
-		f(s.Steps), f(s.Passes), f(s.Restarts), f(s.Faults), f(s.Accepted), f(s.Refused), f(s.Quiesces), f(s.ResolveChecks), f(s.AcceptedShrinks))
+	return fmt.Sprintf("per seed: %.0f steps, %.1f passes, %.1f restarts, %.1f faults, %.1f inputs accepted, %.1f refused, %.1f quiesces, %.2f resolve-mode roster-only passes judged, %.2f accepted shrinks served, %.2f restarts after a save retry, %.1f probes",
+		f(s.Steps), f(s.Passes), f(s.Restarts), f(s.Faults), f(s.Accepted), f(s.Refused), f(s.Quiesces), f(s.ResolveChecks), f(s.AcceptedShrinks), f(s.SavedByRetry), f(s.Probes))
 }
 
 // TestSimReplays: a seed's run is the same every time, step by step, so
@@ -124,7 +127,7 @@ func TestSimReplays(t *testing.T) {
 // synctest bubble of its own.
 func runSeed(t *testing.T, seed uint64, skip map[int]bool) (f *Failure, st Stats) {
 	synctest.Test(t, func(t *testing.T) {
-		opts := Options{Steps: *steps, Dir: t.TempDir(), Skip: skip, Strict: *strict, Unserved: *unserved}
+		opts := Options{Steps: *steps, Dir: t.TempDir(), Skip: skip, Strict: *strict, Unserved: *unserved, StrictDNS: *strictDNS}
 		if os.Geteuid() == 0 {
 			// The state directory on a small file system of its own, for
 			// the full-disk faults; the watched files beside it.

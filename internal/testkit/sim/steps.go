@@ -16,6 +16,7 @@ import (
 	"github.com/meshhost/meshhost/internal/agent"
 	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile/memory"
+	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -47,12 +48,30 @@ var stepKinds = []stepKind{
 	{"podman down", 2, (*world).podmanDown},
 	{"disk full", 2, func(w *world) error {
 		if w.fill != nil && w.release == nil {
+			w.savedByRetry() // what the resolver saved while the disk had room
 			w.release = w.fill()
 			w.logf("disk full")
+			if w.rng.IntN(2) == 0 {
+				// A roster commit reaches the resolver on a full disk
+				// (the one input whose roster is in force without a
+				// save of the declaration first): served, not saved.
+				return w.rosterCommit()
+			}
 		}
 		return nil
 	}},
-	{"disk freed", 3, func(w *world) error { w.freeDisk(); return nil }},
+	{"disk freed", 3, func(w *world) error {
+		full := w.release != nil
+		w.freeDisk()
+		if full && w.rng.IntN(2) == 0 {
+			// Long enough for the resolver to retry a save that failed
+			// while the disk was full (resolver.SaveRetryInterval).
+			d := resolver.SaveRetryInterval + time.Second
+			time.Sleep(d)
+			w.logf("clock +%s", d)
+		}
+		return nil
+	}},
 	{"podman up", 3, func(w *world) error { w.rt.Recover(); w.logf("podman's API is back (faults disarmed)"); return nil }},
 	{"quiesce", 2, func(w *world) error { w.logf("quiesce"); return w.quiesce() }},
 }
@@ -380,6 +399,11 @@ func (w *world) expectAccepted(what, path string, doc []byte, roster *spec.Roste
 // (most of the time: now and then the agent crashes, or a pass comes,
 // before it).
 func (w *world) took() {
+	if d, _ := w.m.source.Current(); d != nil {
+		if doc := journalDoc(d); !slices.Contains(w.accepted[d.Generation], doc) {
+			w.accepted[d.Generation] = append(w.accepted[d.Generation], doc)
+		}
+	}
 	if r, _ := w.m.source.Roster(); r != nil {
 		w.rosters[r.Generation] = fingerprintRoster(r)
 	}
@@ -632,7 +656,7 @@ func (w *world) crashMidPass() error {
 // migrate pauses or resumes the migration as `meshhost migrate pause`
 // does: through a gate of its own on the agent's state file.
 func (w *world) migrate(pause bool) error {
-	g, err := migrations.OpenGate(migrations.GateConfig{Path: w.dir.Migrations(), Owner: Machine})
+	g, err := migrations.OpenGate(migrations.GateConfig{Path: w.dir.Migrations(), Owner: Machine, Now: w.clock()})
 	if err != nil {
 		w.logf("migrate: %v", err)
 		return nil
@@ -658,9 +682,20 @@ func (w *world) podmanDown() error {
 	return nil
 }
 
-// clockJump moves the clock on: budget windows pass, proofs age.
+// clockJump moves the clock on: budget windows pass, proofs age. One
+// jump in four sets the wall clock back instead, while the agent is down
+// (a wrong RTC at boot, NTP stepping it before the agent starts): the
+// agent restarts with the gate's and the reconciler's clock (Config.Now)
+// set back, and finds in the state directory times in its future (the
+// budget's charges, the proofs). synctest's clock only moves on, so the
+// rest of the process (timers, the resolver, the journal's stamps) does
+// not see the step.
 func (w *world) clockJump() error {
 	d := time.Duration(1+w.rng.IntN(60)) * time.Duration(w.rng.IntN(3)*4+1) * time.Minute / 2
+	if w.rng.IntN(4) == 0 {
+		w.back += d
+		return w.restart(fmt.Sprintf("the wall clock set back %s", d))
+	}
 	time.Sleep(d)
 	w.logf("clock +%s", d)
 	return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,9 +13,12 @@ import (
 	"time"
 
 	"github.com/meshhost/meshhost/internal/agent"
+	"github.com/meshhost/meshhost/internal/agent/journal"
 	"github.com/meshhost/meshhost/internal/agent/statedir"
+	"github.com/meshhost/meshhost/migrations"
 	"github.com/meshhost/meshhost/reconcile"
 	"github.com/meshhost/meshhost/reconcile/memory"
+	"github.com/meshhost/meshhost/resolver"
 	"github.com/meshhost/meshhost/spec"
 )
 
@@ -38,6 +42,10 @@ type Options struct {
 	// the roster the resolver serves only at the agent's first pass
 	// (sim-note.md, defect 2). Default: told at boot, as it should be.
 	Unserved bool
+	// StrictDNS judges DNSServersListened after a failed probe too
+	// (sim2-note.md, defect 5: a rolled-back network is not exposed after
+	// a restart while a container still runs on it in resolve mode).
+	StrictDNS bool
 	// Skip leaves these steps out of the schedule (a shrunk schedule).
 	Skip map[int]bool
 
@@ -63,8 +71,10 @@ type Stats struct {
 	Steps, Passes, Restarts, Faults, Refused, Accepted, Quiesces int
 	// ResolveChecks counts the passes the resolve-mode roster invariant
 	// judged (a roster-only change after a converged pass, in resolve
-	// mode); AcceptedShrinks the shrinks served after an accept.
-	ResolveChecks, AcceptedShrinks int
+	// mode); AcceptedShrinks the shrinks served after an accept;
+	// SavedByRetry the restarts judged by the resolver's save retry.
+	ResolveChecks, AcceptedShrinks, SavedByRetry int
+	Probes                                       int // the scripted prober's answers
 }
 
 // world is one run: the machine (runtime and state directory, which
@@ -77,8 +87,14 @@ type world struct {
 	in   string // the directory of watched files (file and directory inputs)
 	// watched is the seed's watched path: "file" or "dir".
 	watched string
-	// proven: the gate has a passed probe of the runtime's network.
-	proven bool
+	// proven: the gate has a passed probe of the runtime's network;
+	// probeFailed: the latest probe the agent ran failed.
+	proven, probeFailed bool
+	// probeFailedBefore: the latest probe before the pass running now
+	// failed (a pass exposes the resolver before it probes).
+	probeFailedBefore bool
+	// created is the container the runtime call being judged created.
+	created string
 	// natsDecl is what the NATS source delivered last (a roster commit
 	// or a whole declaration), which its watcher delivers again at start.
 	natsDecl *spec.Declaration
@@ -93,14 +109,14 @@ type world struct {
 	modes map[string]spec.NameMode
 	// fill fills the state directory's file system (nil: no full-disk
 	// faults); release frees it while it is full.
-	strict, unserved bool // Options.Strict, Options.Unserved
-	fill             func() (release func())
-	release          func()
-	rt               *memory.Runtime
-	m                *incarnation
-	step             int
-	log              []string
-	st               Stats
+	strict, unserved, strictDNS bool // Options.Strict, Options.Unserved, Options.StrictDNS
+	fill                        func() (release func())
+	release                     func()
+	rt                          *memory.Runtime
+	m                           *incarnation
+	step                        int
+	log                         []string
+	st                          Stats
 
 	// offered is the highest declaration generation offered; rosterGen the
 	// highest roster generation.
@@ -108,6 +124,17 @@ type world struct {
 	// rosters records every roster the Source took, by generation (its
 	// fingerprint): the resolver must serve one of them.
 	rosters map[uint64]string
+	// accepted is every declaration the Source took, by generation (a
+	// roster commit moves the roster under the same generation), as the
+	// journal records it (journalDoc).
+	accepted map[uint64][]string
+	// back is how far the wall clock has gone back (clockJump): the gate's
+	// and the reconciler's clock is synctest's, less back (clock).
+	back time.Duration
+	// jnlRead is the journal's declarations as read at step jnlStep after
+	// jnlPasses passes (world.journal).
+	jnlRead            []journal.DeclarationEntry
+	jnlStep, jnlPasses int
 	// foreign are the containers no reconciler of this machine owns, by
 	// name, with their IDs: never touched.
 	foreign map[string]string
@@ -128,6 +155,9 @@ type world struct {
 	// could not be saved (a full disk).
 	servedSaved   *spec.Roster
 	servedUnsaved bool
+	// unsavedAt is when the resolver last could not save the roster it
+	// serves; freedAt when the disk was last freed (savedByRetry).
+	unsavedAt, freedAt time.Time
 	// unsavedAtCrash: the roster served as the agent crashed was not
 	// saved; savedAtCrash the newest that was.
 	unsavedAtCrash bool
@@ -176,17 +206,19 @@ func Run(seed uint64, opts Options) (*Failure, Stats) {
 		opts.Steps = 120
 	}
 	w := &world{
-		seed:     seed,
-		rng:      stepRand(seed, 0),
-		dir:      statedir.New(filepath.Join(opts.Dir, "state")),
-		in:       filepath.Join(cmp.Or(opts.InDir, opts.Dir), "in"),
-		fill:     opts.Fill,
-		strict:   opts.Strict,
-		unserved: opts.Unserved,
-		rosters:  map[uint64]string{},
-		foreign:  map[string]string{},
-		modes:    map[string]spec.NameMode{},
-		running:  map[string]string{},
+		seed:      seed,
+		rng:       stepRand(seed, 0),
+		dir:       statedir.New(filepath.Join(opts.Dir, "state")),
+		in:        filepath.Join(cmp.Or(opts.InDir, opts.Dir), "in"),
+		fill:      opts.Fill,
+		strict:    opts.Strict,
+		strictDNS: opts.StrictDNS,
+		unserved:  opts.Unserved,
+		rosters:   map[uint64]string{},
+		accepted:  map[uint64][]string{},
+		foreign:   map[string]string{},
+		modes:     map[string]spec.NameMode{},
+		running:   map[string]string{},
 	}
 	w.watched = []string{"file", "dir"}[w.rng.IntN(2)]
 	w.rt = memory.New(memory.Options{})
@@ -266,7 +298,7 @@ func (w *world) setup() error {
 		w.foreign[f.name] = id
 	}
 	w.rt.Watch(w.watch)
-	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved)
+	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved, w.clock(), w.probe)
 	if err != nil {
 		return err
 	}
@@ -299,10 +331,16 @@ func (w *world) pass(why string) {
 	w.cleanBefore = w.lastPass != nil && (w.lastPassErr == nil && converged(w.lastPass) || w.blockedByForeign() && w.lastPass.RosterHeld == "" && !w.lastPass.Held.Held() && !w.lastPass.Frozen)
 	d, _ := w.m.source.Current()
 	w.passDecl = d
+	w.probeFailedBefore = w.probeFailed
 	rep, err := w.m.agent.Pass(context.Background())
 	w.passedSinceBoot = true
 	w.lastPass, w.lastPassErr = rep, err
 	w.logf("pass (%s): %s", why, describePass(rep, err))
+	if err == nil && converged(rep) && w.release == nil && d != nil {
+		if err := journalHoldsApplied(w, d); err != nil {
+			w.violate("JournalIsTheAcceptedInputs", err)
+		}
+	}
 }
 
 // converged reports whether a pass's plan was all Keep: nothing held,
@@ -363,10 +401,11 @@ func describePass(rep *agent.Report, err error) string {
 func (w *world) restart(why string) error {
 	w.st.Restarts++
 	w.lastSaved = savedGeneration(w) // what the state directory holds as the process dies
+	w.savedByRetry()
 	w.servedAtCrash, w.unsavedAtCrash, w.savedAtCrash = w.m.srv.Roster(), w.servedUnsaved, w.servedSaved
 	w.m.stop()
 	w.rt.Recover()
-	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved)
+	m, err := boot(w.dir, w.rt, w.noteServed, !w.unserved, w.clock(), w.probe)
 	if err != nil {
 		return fmt.Errorf("restarting: %w", err)
 	}
@@ -384,12 +423,68 @@ func (w *world) restart(why string) error {
 	return nil
 }
 
+// clock is an incarnation's wall clock: the machine's as it booted. A
+// process reads the wall clock with a monotonic reading, which a step
+// of the wall clock does not move (time.Time.Sub), so the simulation
+// sets the clock back only while no agent runs (clockBack): what a
+// step back changes is the times that outlive a process, in its state
+// files.
+func (w *world) clock() func() time.Time {
+	back := w.back
+	return func() time.Time { return time.Now().Add(-back) }
+}
+
+// probe is the scripted prober's answer for nets: in a seed whose
+// network is never proven, a failure, always; in the others a failure one
+// probe in three, else a pass. probeFailed remembers the latest outcome
+// (FailsClosed).
+func (w *world) probe(nets []migrations.Network) []migrations.Result {
+	pass := w.proven && w.rng.IntN(3) != 0
+	w.probeFailed = !pass
+	now := w.clock()()
+	out := make([]migrations.Result, 0, len(nets))
+	for _, n := range nets {
+		r := migrations.Result{Network: n.Name, Kind: migrations.KindBridge, Pass: pass, At: now, Strategy: migrations.StrategyGateway}
+		if pass {
+			r.DNS = spec.DNSConfig{Servers: []netip.Addr{netip.MustParseAddr("10.88.0.1")}, Search: []string{"internal"}, Options: []string{"ndots:1"}}
+		} else {
+			r.Reason = "the scripted probe fails"
+		}
+		out = append(out, r)
+	}
+	w.st.Probes++
+	w.logf("probe: pass=%v", pass)
+	return out
+}
+
 // noteServed remembers the roster the resolver serves after a change, and
 // whether its save returned success.
 func (w *world) noteServed(r *spec.Roster, saved bool) {
 	w.servedUnsaved = !saved && !w.strict
 	if saved {
 		w.servedSaved = r
+	} else {
+		w.unsavedAt = time.Now()
+		w.logf("the resolver serves roster %d, not saved", r.Generation)
+	}
+}
+
+// savedByRetry marks the roster served as saved once the resolver must
+// have saved it again: it retries a failed save every
+// resolver.SaveRetryInterval, so one such interval after the later of
+// the failure and the disk being freed, with the disk free since, the
+// roster it serves is saved (sim-note.md defect 3, fixed).
+func (w *world) savedByRetry() {
+	if !w.servedUnsaved || w.release != nil {
+		return
+	}
+	since := w.unsavedAt
+	if w.freedAt.After(since) {
+		since = w.freedAt
+	}
+	if time.Since(since) > resolver.SaveRetryInterval {
+		w.servedUnsaved, w.servedSaved = false, w.m.srv.Roster()
+		w.st.SavedByRetry++
 	}
 }
 
@@ -481,7 +576,7 @@ func (w *world) quiesce() error {
 func (w *world) freeDisk() {
 	if w.release != nil {
 		w.release()
-		w.release = nil
+		w.release, w.freedAt = nil, time.Now()
 		w.logf("disk freed")
 	}
 }
