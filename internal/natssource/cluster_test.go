@@ -34,6 +34,29 @@ type cluster struct {
 
 func startCluster(t *testing.T) *cluster { return startClusterConf(t, "", "", nil) }
 
+// replicatedPublisher connects to c as the controller does (reconnecting for
+// as long as the test lasts, opts added) and makes l's buckets with three
+// replicas: the connection, the publisher, and a context that ends after
+// limit or with the test.
+func replicatedPublisher(t *testing.T, c *cluster, l Layout, limit time.Duration, opts ...nats.Option) (*nats.Conn, *Publisher, context.Context) {
+	t.Helper()
+	nc, err := nats.Connect(c.URL(), append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	p, err := NewPublisher(nc, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	if err := p.EnsureReplicatedBuckets(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	return nc, p, ctx
+}
+
 // startClusterConf starts a cluster whose nodes' cluster blocks have
 // more lines, and their configurations top; connect are the options the
 // test's readiness check connects with.
@@ -217,20 +240,7 @@ func publishUntilCommitted(ctx context.Context, p *Publisher, gen uint64, want m
 func TestClusterStreamLeaderKilled(t *testing.T) {
 	c := startCluster(t)
 	l := LayoutFor(DefaultPrefix)
-	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	p, err := NewPublisher(nc, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := p.EnsureReplicatedBuckets(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
+	nc, p, ctx := replicatedPublisher(t, c, l, 3*time.Minute)
 	rec := newRecorder(t)
 	r := roster(200)
 	rec.expect(1, r)
@@ -366,20 +376,7 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 func TestClusterPublishRetriesAgainstNewLeader(t *testing.T) {
 	c := startCluster(t)
 	l := LayoutFor(DefaultPrefix)
-	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	p, err := NewPublisher(nc, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := p.EnsureReplicatedBuckets(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
+	nc, p, ctx := replicatedPublisher(t, c, l, 2*time.Minute)
 	publishRoster(t, p, 1, roster(50))
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -431,20 +428,7 @@ func TestClusterPublishRetriesAgainstNewLeader(t *testing.T) {
 func TestClusterRestartedWhole(t *testing.T) {
 	c := startCluster(t)
 	l := LayoutFor(DefaultPrefix)
-	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	p, err := NewPublisher(nc, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := p.EnsureReplicatedBuckets(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
+	_, p, ctx := replicatedPublisher(t, c, l, 3*time.Minute, nats.RetryOnFailedConnect(true))
 	rec := newRecorder(t)
 	r := roster(100)
 	rec.expect(1, r)
@@ -492,20 +476,7 @@ func TestClusterWatcherPartitionedFromItsServer(t *testing.T) {
 	// watcher's are the proxies'.
 	c := startClusterConf(t, "  no_advertise: true\n", "", nil)
 	l := LayoutFor(DefaultPrefix)
-	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	p, err := NewPublisher(nc, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := p.EnsureReplicatedBuckets(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
+	_, p, ctx := replicatedPublisher(t, c, l, 3*time.Minute)
 	var proxies []*proxy
 	var urls []string
 	for _, s := range c.nodes {
